@@ -1,0 +1,154 @@
+//! N ranks as threads of one process: the same algorithms, no network. Collectives meet in a
+//! shared mailbox between two barriers; windows are per-rank buffers behind read-write locks
+//! (readers copy rows under a read lock, the owner applies updates under a write lock).
+
+use std::sync::{Arc, Barrier, Mutex, RwLock};
+use std::time::Duration;
+
+use super::{Comm, Traffic, Watchdog};
+
+struct Shared {
+    size: usize,
+    barrier: Barrier,
+    /// `mailbox[dst][src]`: bytes sent from `src` to `dst` in the current exchange.
+    mailbox: Mutex<Vec<Vec<Option<Vec<u8>>>>>,
+    new_window: Mutex<Option<Arc<Vec<RwLock<Vec<u8>>>>>>,
+}
+
+pub struct LocalComm {
+    rank: usize,
+    shared: Arc<Shared>,
+    pub(super) watchdog: Watchdog,
+    pub(super) traffic: Traffic,
+}
+
+/// Run `f` on `n` ranks (threads) and return their results in rank order.
+/// A panic on any rank is re-raised after all threads have ended or the watchdog fired.
+pub fn run<R: Send>(n: usize, timeout: Duration, f: impl Fn(Comm) -> R + Sync) -> Vec<R> {
+    assert!(n > 0);
+    let shared = Arc::new(Shared {
+        size: n,
+        barrier: Barrier::new(n),
+        mailbox: Mutex::new(vec![vec![None; n]; n]),
+        new_window: Mutex::new(None),
+    });
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|rank| {
+                let shared = shared.clone();
+                let f = &f;
+                std::thread::Builder::new()
+                    .name(format!("rank-{rank}"))
+                    .stack_size(16 << 20)
+                    .spawn_scoped(s, move || {
+                        let watchdog = Watchdog::start(rank, timeout, |msg| {
+                            log::error!("{msg}");
+                            eprintln!("graphscale: {msg}");
+                            std::process::exit(3);
+                        });
+                        f(Comm::Local(LocalComm {
+                            rank,
+                            shared,
+                            watchdog,
+                            traffic: Traffic::default(),
+                        }))
+                    })
+                    .expect("spawn rank thread")
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
+impl LocalComm {
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn size(&self) -> usize {
+        self.shared.size
+    }
+
+    pub fn barrier(&self) {
+        self.shared.barrier.wait();
+    }
+
+    pub fn all_to_all_v(&self, send: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+        {
+            let mut mb = self.shared.mailbox.lock().expect("mailbox lock");
+            for (dst, buf) in send.into_iter().enumerate() {
+                mb[dst][self.rank] = Some(buf);
+            }
+        }
+        self.barrier();
+        let recv = {
+            let mut mb = self.shared.mailbox.lock().expect("mailbox lock");
+            mb[self.rank]
+                .iter_mut()
+                .map(|slot| slot.take().expect("every rank sent to every rank"))
+                .collect()
+        };
+        self.barrier();
+        recv
+    }
+
+    pub fn window(&self, local_bytes: usize) -> LocalWindow {
+        let sizes = self.all_to_all_v(vec![(local_bytes as u64).to_le_bytes().to_vec(); self.size()]);
+        if self.rank == 0 {
+            let bufs = sizes
+                .iter()
+                .map(|b| {
+                    let n = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+                    RwLock::new(vec![0u8; n as usize])
+                })
+                .collect();
+            *self.shared.new_window.lock().expect("window lock") = Some(Arc::new(bufs));
+        }
+        self.barrier();
+        let shards = self
+            .shared
+            .new_window
+            .lock()
+            .expect("window lock")
+            .clone()
+            .expect("rank 0 created the window");
+        self.barrier();
+        if self.rank == 0 {
+            *self.shared.new_window.lock().expect("window lock") = None;
+        }
+        LocalWindow {
+            rank: self.rank,
+            shards,
+        }
+    }
+}
+
+pub struct LocalWindow {
+    rank: usize,
+    shards: Arc<Vec<RwLock<Vec<u8>>>>,
+}
+
+impl LocalWindow {
+    pub fn with_local<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(&self.shards[self.rank].read().expect("window lock"))
+    }
+
+    pub fn with_local_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        f(&mut self.shards[self.rank].write().expect("window lock"))
+    }
+
+    pub fn get_rows(&self, requests: &[(usize, &[u32])], row_bytes: usize, out: &mut [u8]) {
+        let mut off = 0;
+        for &(owner, rows) in requests {
+            let shard = self.shards[owner].read().expect("window lock");
+            for &r in rows {
+                let src = r as usize * row_bytes;
+                out[off..off + row_bytes].copy_from_slice(&shard[src..src + row_bytes]);
+                off += row_bytes;
+            }
+        }
+    }
+}

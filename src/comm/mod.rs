@@ -1,0 +1,315 @@
+//! The transport boundary. Algorithms see only [`Comm`] (collectives) and [`Window`] (rows that
+//! other ranks read one-sidedly); never MPI. Two implementations sit behind a closed enum so
+//! generic parameters do not spread: `local` runs N ranks as threads of one process (most tests),
+//! `mpi` uses MPI collectives and RMA windows (all raw `mpi::ffi` lives in `mpi.rs`).
+//!
+//! Every blocking call is registered with the [`Watchdog`], which ends the job when one takes
+//! longer than `--comm-timeout`: a job never hangs on a rank that died or stopped calling.
+
+pub mod local;
+pub mod mpi;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Reduction applied element-wise by the `all_reduce_*` collectives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    Sum,
+    Max,
+    Min,
+}
+
+/// Bytes moved by the collectives of one rank since the start (for the metrics).
+#[derive(Default, Debug)]
+pub struct Traffic {
+    pub sent: AtomicU64,
+    pub received: AtomicU64,
+}
+
+/// Collectives over the ranks of one job.
+pub enum Comm {
+    Local(local::LocalComm),
+    Mpi(mpi::MpiComm),
+}
+
+impl Comm {
+    pub fn rank(&self) -> usize {
+        match self {
+            Comm::Local(c) => c.rank(),
+            Comm::Mpi(c) => c.rank(),
+        }
+    }
+
+    pub fn size(&self) -> usize {
+        match self {
+            Comm::Local(c) => c.size(),
+            Comm::Mpi(c) => c.size(),
+        }
+    }
+
+    pub fn is_mpi(&self) -> bool {
+        matches!(self, Comm::Mpi(_))
+    }
+
+    pub fn watchdog(&self) -> &Watchdog {
+        match self {
+            Comm::Local(c) => &c.watchdog,
+            Comm::Mpi(c) => &c.watchdog,
+        }
+    }
+
+    pub fn traffic(&self) -> &Traffic {
+        match self {
+            Comm::Local(c) => &c.traffic,
+            Comm::Mpi(c) => &c.traffic,
+        }
+    }
+
+    pub fn barrier(&self) {
+        let _g = self.watchdog().enter("barrier");
+        match self {
+            Comm::Local(c) => c.barrier(),
+            Comm::Mpi(c) => c.barrier(),
+        }
+    }
+
+    /// Personalised all-to-all: `send[p]` goes to rank `p`; returns what each rank sent here.
+    /// Byte counts are 64-bit; the MPI implementation splits exchanges into rounds so that no
+    /// 32-bit count can overflow.
+    pub fn all_to_all_v(&self, send: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+        assert_eq!(send.len(), self.size(), "one send buffer per rank");
+        let out: u64 = send.iter().map(|b| b.len() as u64).sum();
+        let _g = self.watchdog().enter("all_to_all_v");
+        let recv = match self {
+            Comm::Local(c) => c.all_to_all_v(send),
+            Comm::Mpi(c) => c.all_to_all_v(send),
+        };
+        let t = self.traffic();
+        t.sent.fetch_add(out, Ordering::Relaxed);
+        t.received.fetch_add(recv.iter().map(|b| b.len() as u64).sum(), Ordering::Relaxed);
+        recv
+    }
+
+    /// Every rank's `data`, indexed by rank.
+    pub fn all_gather_bytes(&self, data: &[u8]) -> Vec<Vec<u8>> {
+        self.all_to_all_v(vec![data.to_vec(); self.size()])
+    }
+
+    pub fn all_reduce_u64(&self, v: &[u64], op: ReduceOp) -> Vec<u64> {
+        let _g = self.watchdog().enter("all_reduce");
+        match self {
+            Comm::Mpi(c) => c.all_reduce_u64(v, op),
+            Comm::Local(_) => {
+                let parts = self.all_gather_bytes(&encode_u64(v));
+                reduce(parts.iter().map(|p| decode_u64(p)), v.len(), op, 0u64, |a, b| {
+                    match op {
+                        ReduceOp::Sum => a.wrapping_add(b),
+                        ReduceOp::Max => a.max(b),
+                        ReduceOp::Min => a.min(b),
+                    }
+                })
+            }
+        }
+    }
+
+    pub fn all_reduce_f64(&self, v: &[f64], op: ReduceOp) -> Vec<f64> {
+        let _g = self.watchdog().enter("all_reduce");
+        match self {
+            Comm::Mpi(c) => c.all_reduce_f64(v, op),
+            Comm::Local(_) => {
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                let parts = self.all_gather_bytes(&bytes);
+                let decoded = parts.iter().map(|p| {
+                    p.chunks_exact(8)
+                        .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
+                        .collect::<Vec<_>>()
+                });
+                reduce(decoded, v.len(), op, 0.0, |a, b| match op {
+                    ReduceOp::Sum => a + b,
+                    ReduceOp::Max => a.max(b),
+                    ReduceOp::Min => a.min(b),
+                })
+            }
+        }
+    }
+
+    pub fn sum_u64(&self, x: u64) -> u64 {
+        self.all_reduce_u64(&[x], ReduceOp::Sum)[0]
+    }
+
+    pub fn max_u64(&self, x: u64) -> u64 {
+        self.all_reduce_u64(&[x], ReduceOp::Max)[0]
+    }
+
+    /// Collectively allocate a window of `local_bytes` on this rank (sizes may differ by rank).
+    pub fn window(&self, local_bytes: usize) -> Window {
+        let _g = self.watchdog().enter("window allocation");
+        match self {
+            Comm::Local(c) => Window::Local(c.window(local_bytes)),
+            Comm::Mpi(c) => Window::Mpi(c.window(local_bytes)),
+        }
+    }
+
+    /// End the whole job now (after a rank-local failure past setup). Never returns.
+    pub fn abort(&self, code: i32) -> ! {
+        match self {
+            Comm::Local(_) => std::process::exit(code),
+            Comm::Mpi(c) => c.abort(code),
+        }
+    }
+}
+
+fn reduce<T: Copy>(
+    parts: impl Iterator<Item = Vec<T>>,
+    n: usize,
+    op: ReduceOp,
+    zero: T,
+    f: impl Fn(T, T) -> T,
+) -> Vec<T> {
+    let mut acc: Option<Vec<T>> = None;
+    for p in parts {
+        assert_eq!(p.len(), n, "all ranks reduce vectors of one length");
+        acc = Some(match acc {
+            None => p,
+            Some(a) => a.iter().zip(&p).map(|(&x, &y)| f(x, y)).collect(),
+        });
+    }
+    let _ = op;
+    acc.unwrap_or_else(|| vec![zero; n])
+}
+
+pub fn encode_u64(v: &[u64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+pub fn decode_u64(b: &[u8]) -> Vec<u64> {
+    b.chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect()
+}
+
+/// Memory other ranks read one-sidedly: this rank's rows of a matrix. The owner reads and writes
+/// its own part with plain loads and stores; readers may observe a row mid-update (HOGWILD).
+pub enum Window {
+    Local(local::LocalWindow),
+    Mpi(mpi::MpiWindow),
+}
+
+impl Window {
+    /// Run `f` over this rank's own bytes.
+    pub fn with_local<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        match self {
+            Window::Local(w) => w.with_local(f),
+            Window::Mpi(w) => f(w.local()),
+        }
+    }
+
+    /// Run `f` over this rank's own bytes, mutably (the owner applying updates).
+    pub fn with_local_mut<R>(&mut self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        match self {
+            Window::Local(w) => w.with_local_mut(f),
+            Window::Mpi(w) => {
+                let r = f(w.local_mut());
+                w.sync();
+                r
+            }
+        }
+    }
+
+    /// Read rows `rows` (each `row_bytes` long, at `row * row_bytes`) of rank `owner` into `out`,
+    /// `request_batch` rows per request. Returns when the data has arrived.
+    pub fn get_rows(
+        &self,
+        watchdog: &Watchdog,
+        requests: &[(usize, &[u32])],
+        row_bytes: usize,
+        request_batch: usize,
+        out: &mut [u8],
+    ) {
+        let _g = watchdog.enter("one-sided row fetch");
+        match self {
+            Window::Local(w) => w.get_rows(requests, row_bytes, out),
+            Window::Mpi(w) => w.get_rows(requests, row_bytes, request_batch.max(1), out),
+        }
+    }
+}
+
+/// Ends the job when a blocking communication call takes longer than the timeout.
+/// A thread checks once a second; entering a call stamps the time, leaving clears it.
+pub struct Watchdog {
+    inner: Arc<WatchdogState>,
+}
+
+struct WatchdogState {
+    started: Instant,
+    /// Milliseconds since `started` at which the current call began; 0 when idle.
+    since_ms: AtomicU64,
+    what: std::sync::Mutex<&'static str>,
+    timeout: Duration,
+    stop: AtomicBool,
+}
+
+pub struct WatchGuard<'a>(&'a WatchdogState);
+
+impl Drop for WatchGuard<'_> {
+    fn drop(&mut self) {
+        self.0.since_ms.store(0, Ordering::Release);
+    }
+}
+
+impl Watchdog {
+    /// Start watching; `on_timeout` gets a description and must end the process.
+    pub fn start(
+        rank: usize,
+        timeout: Duration,
+        on_timeout: impl Fn(&str) + Send + 'static,
+    ) -> Watchdog {
+        let inner = Arc::new(WatchdogState {
+            started: Instant::now(),
+            since_ms: AtomicU64::new(0),
+            what: std::sync::Mutex::new(""),
+            timeout,
+            stop: AtomicBool::new(false),
+        });
+        let st = inner.clone();
+        std::thread::Builder::new()
+            .name(format!("watchdog-{rank}"))
+            .spawn(move || {
+                let tick = Duration::from_millis(200).min(st.timeout / 4 + Duration::from_millis(1));
+                while !st.stop.load(Ordering::Acquire) {
+                    std::thread::sleep(tick);
+                    let since = st.since_ms.load(Ordering::Acquire);
+                    if since == 0 {
+                        continue;
+                    }
+                    let now = st.started.elapsed().as_millis() as u64;
+                    if now.saturating_sub(since) > st.timeout.as_millis() as u64 {
+                        let what = *st.what.lock().unwrap_or_else(|e| e.into_inner());
+                        on_timeout(&format!(
+                            "rank {rank}: {what} did not complete within --comm-timeout {}s \
+                             (another rank failed or stopped); aborting the job",
+                            st.timeout.as_secs_f64()
+                        ));
+                        return;
+                    }
+                }
+            })
+            .expect("spawn watchdog thread");
+        Watchdog { inner }
+    }
+
+    pub fn enter(&self, what: &'static str) -> WatchGuard<'_> {
+        *self.inner.what.lock().unwrap_or_else(|e| e.into_inner()) = what;
+        let now = (self.inner.started.elapsed().as_millis() as u64).max(1);
+        self.inner.since_ms.store(now, Ordering::Release);
+        WatchGuard(&self.inner)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.inner.stop.store(true, Ordering::Release);
+    }
+}

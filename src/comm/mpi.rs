@@ -1,0 +1,325 @@
+//! MPI transport: collectives through rsmpi, one-sided row reads through raw `mpi::ffi` RMA
+//! (rsmpi has no window API). This is the only module with `unsafe` MPI calls.
+//!
+//! Windows are allocated with `MPI_Win_allocate` and opened once with `MPI_Win_lock_all`
+//! (passive target) for their whole life. A fetch issues one `MPI_Get` per owner and request
+//! batch, with an `hindexed_block` datatype that picks the rows out of the owner's memory, then
+//! flushes each target it read from (one flush per target: with MPICH 4.0.2 a single
+//! `MPI_Win_flush_all` after many gets sometimes returned before the data arrived).
+
+use std::os::raw::c_int;
+use std::ptr;
+use std::time::Duration;
+
+use mpi::collective::SystemOperation;
+use mpi::datatype::{Partition, PartitionMut};
+use mpi::ffi;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::*;
+
+use super::{ReduceOp, Traffic, Watchdog};
+
+/// Largest number of bytes sent to one peer in one `MPI_Alltoallv` round: counts are `c_int`.
+const DEFAULT_ROUND_BYTES: u64 = 1 << 30;
+
+pub struct MpiComm {
+    // Declared before `universe` so that it drops (and stops) before MPI is finalized.
+    pub(super) watchdog: Watchdog,
+    pub(super) traffic: Traffic,
+    world: SimpleCommunicator,
+    round_bytes: u64,
+    _universe: mpi::environment::Universe,
+}
+
+impl MpiComm {
+    /// Initialise MPI (thread level MULTIPLE: the watchdog may call `MPI_Abort` from its thread).
+    /// Returns `None` when MPI was already initialised.
+    pub fn init(timeout: Duration) -> Option<MpiComm> {
+        let (universe, provided) = mpi::initialize_with_threading(mpi::Threading::Multiple)?;
+        let world = universe.world();
+        let rank = world.rank() as usize;
+        if provided != mpi::Threading::Multiple {
+            log::warn!("rank {rank}: MPI grants {provided:?}, not Multiple; the watchdog abort may misbehave");
+        }
+        let watchdog = Watchdog::start(rank, timeout, |msg| {
+            log::error!("{msg}");
+            eprintln!("graphscale: {msg}");
+            abort_world(3);
+        });
+        // A test hook: small rounds exercise the round-splitting path with tiny exchanges.
+        let round_bytes = std::env::var("GRAPHSCALE_A2A_ROUND_BYTES")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .filter(|&b: &u64| b > 0 && b <= DEFAULT_ROUND_BYTES)
+            .unwrap_or(DEFAULT_ROUND_BYTES);
+        Some(MpiComm {
+            watchdog,
+            traffic: Traffic::default(),
+            world,
+            round_bytes,
+            _universe: universe,
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.world.rank() as usize
+    }
+
+    pub fn size(&self) -> usize {
+        self.world.size() as usize
+    }
+
+    pub fn barrier(&self) {
+        self.world.barrier();
+    }
+
+    pub fn abort(&self, code: i32) -> ! {
+        self.world.abort(code)
+    }
+
+    pub fn all_to_all_v(&self, send: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+        let n = self.size();
+        let send_lens: Vec<u64> = send.iter().map(|b| b.len() as u64).collect();
+        let mut recv_lens = vec![0u64; n];
+        self.world.all_to_all_into(&send_lens[..], &mut recv_lens[..]);
+        let most = send_lens.iter().chain(&recv_lens).copied().max().unwrap_or(0);
+        let mut rounds = [most.div_ceil(self.round_bytes).max(1)];
+        let mine = rounds;
+        self.world
+            .all_reduce_into(&mine[..], &mut rounds[..], SystemOperation::max());
+        let mut recv: Vec<Vec<u8>> = recv_lens.iter().map(|&l| Vec::with_capacity(l as usize)).collect();
+        for round in 0..rounds[0] {
+            let piece = |len: u64| -> (u64, u64) {
+                let start = (round * self.round_bytes).min(len);
+                let end = ((round + 1) * self.round_bytes).min(len);
+                (start, end)
+            };
+            let mut sbuf = Vec::new();
+            let mut scounts = Vec::with_capacity(n);
+            for b in &send {
+                let (s, e) = piece(b.len() as u64);
+                scounts.push((e - s) as c_int);
+                sbuf.extend_from_slice(&b[s as usize..e as usize]);
+            }
+            let rcounts: Vec<c_int> = recv_lens
+                .iter()
+                .map(|&l| {
+                    let (s, e) = piece(l);
+                    (e - s) as c_int
+                })
+                .collect();
+            let sdispls = displacements(&scounts);
+            let rdispls = displacements(&rcounts);
+            let total: usize = rcounts.iter().map(|&c| c as usize).sum();
+            let mut rbuf = vec![0u8; total];
+            {
+                let sp = Partition::new(&sbuf[..], &scounts[..], &sdispls[..]);
+                let mut rp = PartitionMut::new(&mut rbuf[..], &rcounts[..], &rdispls[..]);
+                self.world.all_to_all_varcount_into(&sp, &mut rp);
+            }
+            for (p, out) in recv.iter_mut().enumerate() {
+                let d = rdispls[p] as usize;
+                out.extend_from_slice(&rbuf[d..d + rcounts[p] as usize]);
+            }
+        }
+        recv
+    }
+
+    pub fn all_reduce_u64(&self, v: &[u64], op: ReduceOp) -> Vec<u64> {
+        let mut out = vec![0u64; v.len()];
+        self.world.all_reduce_into(v, &mut out[..], system_op(op));
+        out
+    }
+
+    pub fn all_reduce_f64(&self, v: &[f64], op: ReduceOp) -> Vec<f64> {
+        let mut out = vec![0f64; v.len()];
+        self.world.all_reduce_into(v, &mut out[..], system_op(op));
+        out
+    }
+
+    pub fn window(&self, local_bytes: usize) -> MpiWindow {
+        let mut base: *mut u8 = ptr::null_mut();
+        let mut win: ffi::MPI_Win = unsafe_win_null();
+        // SAFETY: `base` and `win` are valid out-pointers; the communicator is MPI_COMM_WORLD's
+        // handle, alive as long as `self`; `MPI_Win_allocate` is collective and every rank calls
+        // `window` in the same order (the training setup is SPMD).
+        let rc = unsafe {
+            ffi::MPI_Win_allocate(
+                local_bytes as ffi::MPI_Aint,
+                1,
+                ffi::RSMPI_INFO_NULL,
+                self.world.as_raw(),
+                (&mut base as *mut *mut u8).cast(),
+                &mut win,
+            )
+        };
+        assert_eq!(rc, 0, "MPI_Win_allocate failed");
+        // SAFETY: `win` was just created by MPI_Win_allocate; lock_all opens a passive-target
+        // epoch to every rank for the window's whole life (closed in Drop).
+        let rc = unsafe { ffi::MPI_Win_lock_all(0, win) };
+        assert_eq!(rc, 0, "MPI_Win_lock_all failed");
+        if local_bytes > 0 {
+            // SAFETY: MPI_Win_allocate returned `local_bytes` writable bytes at `base`.
+            unsafe { ptr::write_bytes(base, 0, local_bytes) };
+        }
+        MpiWindow {
+            win,
+            base,
+            len: local_bytes,
+            rank: self.rank(),
+        }
+    }
+}
+
+fn unsafe_win_null() -> ffi::MPI_Win {
+    // SAFETY: RSMPI_WIN_NULL is an initialised constant exported by mpi-sys' C shim.
+    unsafe { ffi::RSMPI_WIN_NULL }
+}
+
+fn system_op(op: ReduceOp) -> SystemOperation {
+    match op {
+        ReduceOp::Sum => SystemOperation::sum(),
+        ReduceOp::Max => SystemOperation::max(),
+        ReduceOp::Min => SystemOperation::min(),
+    }
+}
+
+fn displacements(counts: &[c_int]) -> Vec<c_int> {
+    let mut d = Vec::with_capacity(counts.len());
+    let mut acc: c_int = 0;
+    for &c in counts {
+        d.push(acc);
+        acc = acc.checked_add(c).expect("a round's total bytes fit in c_int");
+    }
+    d
+}
+
+/// Call `MPI_Abort` on `MPI_COMM_WORLD` from any thread (panic hook, watchdog).
+pub fn abort_world(code: i32) -> ! {
+    // SAFETY: MPI_Abort may be called at any time after MPI_Init by any thread when the library
+    // grants THREAD_MULTIPLE; RSMPI_COMM_WORLD is a constant handle. If MPI is not initialised
+    // we exit instead (checked first).
+    unsafe {
+        let mut flag: c_int = 0;
+        ffi::MPI_Initialized(&mut flag);
+        let mut fin: c_int = 0;
+        ffi::MPI_Finalized(&mut fin);
+        if flag != 0 && fin == 0 {
+            ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, code);
+        }
+    }
+    std::process::exit(code)
+}
+
+/// One RMA window: this rank's bytes plus the handle to read other ranks' bytes.
+pub struct MpiWindow {
+    win: ffi::MPI_Win,
+    base: *mut u8,
+    len: usize,
+    rank: usize,
+}
+
+impl MpiWindow {
+    pub fn local(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: `base` points to `len` bytes allocated by MPI_Win_allocate and owned by this
+        // window until Drop. Remote ranks only read this memory (MPI_Get), never write it.
+        unsafe { std::slice::from_raw_parts(self.base, self.len) }
+    }
+
+    pub fn local_mut(&mut self) -> &mut [u8] {
+        if self.len == 0 {
+            return &mut [];
+        }
+        // SAFETY: as in `local`; `&mut self` guarantees no other Rust reference exists. Remote
+        // MPI_Get may read concurrently: that is the documented HOGWILD contract.
+        unsafe { std::slice::from_raw_parts_mut(self.base, self.len) }
+    }
+
+    /// Make local stores visible to remote readers (separate memory model).
+    pub fn sync(&self) {
+        // SAFETY: `win` is a live window inside its lock_all epoch.
+        unsafe { ffi::MPI_Win_sync(self.win) };
+    }
+
+    pub fn get_rows(
+        &self,
+        requests: &[(usize, &[u32])],
+        row_bytes: usize,
+        request_batch: usize,
+        out: &mut [u8],
+    ) {
+        let total: usize = requests.iter().map(|(_, r)| r.len()).sum();
+        assert!(out.len() >= total * row_bytes, "fetch buffer too small");
+        let mut off = 0usize;
+        let mut targets = Vec::new();
+        let mut displs: Vec<ffi::MPI_Aint> = Vec::new();
+        for &(owner, rows) in requests {
+            if owner == self.rank {
+                let local = self.local();
+                for &r in rows {
+                    let s = r as usize * row_bytes;
+                    out[off..off + row_bytes].copy_from_slice(&local[s..s + row_bytes]);
+                    off += row_bytes;
+                }
+                continue;
+            }
+            for chunk in rows.chunks(request_batch) {
+                displs.clear();
+                displs.extend(chunk.iter().map(|&r| (r as usize * row_bytes) as ffi::MPI_Aint));
+                let bytes = chunk.len() * row_bytes;
+                let mut dtype: ffi::MPI_Datatype = byte_type();
+                // SAFETY: `displs` holds `chunk.len()` displacements, each inside the owner's
+                // window (rows were validated against the owner's row count by the caller);
+                // the new type is committed before use and freed after the flush below
+                // (MPI defers the free until pending operations complete).
+                unsafe {
+                    ffi::MPI_Type_create_hindexed_block(
+                        chunk.len() as c_int,
+                        row_bytes as c_int,
+                        displs.as_ptr(),
+                        byte_type(),
+                        &mut dtype,
+                    );
+                    ffi::MPI_Type_commit(&mut dtype);
+                    ffi::MPI_Get(
+                        out[off..off + bytes].as_mut_ptr().cast(),
+                        bytes as c_int,
+                        byte_type(),
+                        owner as c_int,
+                        0,
+                        1,
+                        dtype,
+                        self.win,
+                    );
+                    ffi::MPI_Type_free(&mut dtype);
+                }
+                off += bytes;
+            }
+            targets.push(owner);
+        }
+        for t in targets {
+            // SAFETY: `win` is live and in a lock_all epoch; flushing completes the gets to `t`,
+            // after which `out` holds their data.
+            unsafe { ffi::MPI_Win_flush(t as c_int, self.win) };
+        }
+    }
+}
+
+fn byte_type() -> ffi::MPI_Datatype {
+    // SAFETY: RSMPI_UINT8_T is an initialised constant exported by mpi-sys' C shim.
+    unsafe { ffi::RSMPI_UINT8_T }
+}
+
+impl Drop for MpiWindow {
+    fn drop(&mut self) {
+        // SAFETY: closes the epoch opened in `window` and frees the window; collective, and
+        // windows are dropped in the same order on every rank (SPMD).
+        unsafe {
+            ffi::MPI_Win_unlock_all(self.win);
+            ffi::MPI_Win_free(&mut self.win);
+        }
+    }
+}
