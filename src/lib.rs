@@ -10,3 +10,11 @@ pub mod graph;
 pub mod spmd;
 
 pub use error::{Error, Result};
+pub mod config;
+pub mod model;
+pub mod sample;
+pub mod stats;
+pub mod store;
+pub mod train;
+pub mod cli;
+pub mod export;

@@ -1,1 +1,203 @@
-fn main(){}
+//! The `graphscale` binary: parse, start SPMD, dispatch, map errors to exit codes.
+//! Exit codes: 0 success, 1 failure (every rank agrees), 2 usage error, 3 communication timeout.
+
+use std::time::Duration;
+
+use clap::Parser;
+
+use graphscale::cli::{Cli, Command, ConvertCmd, ExportCmd, GenerateCmd, InfoCmd, TrainCmd};
+use graphscale::comm::{local, mpi::MpiComm, Comm};
+use graphscale::config::{RawTrain, TrainConfig};
+use graphscale::error::{Error, Result};
+use graphscale::graph::{csr, generate, h5, text};
+use graphscale::spmd::{agree, install_panic_hook};
+use graphscale::stats::summary_table;
+use graphscale::{export, train};
+
+/// Rank from the launcher's environment, known before MPI starts (to print usage errors once).
+fn launcher_rank() -> Option<usize> {
+    ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.parse().ok())
+}
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            if launcher_rank().unwrap_or(0) == 0 || !e.use_stderr() {
+                let _ = e.print();
+            }
+            std::process::exit(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    let level = match cli.global.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
+
+    let code = match cli.command {
+        Some(Command::Convert(c)) => serial(convert(&c)),
+        Some(Command::Generate(g)) => serial(generate_cmd(&g)),
+        Some(Command::Export(x)) => serial(export_cmd(&x)),
+        Some(Command::Info(ref i)) => spmd(&cli.global, |c| info(c, i)),
+        Some(Command::Train(ref t)) => spmd(&cli.global, |c| train_cmd(c, t)),
+        None => {
+            if cli.train.raw.graph.is_none() && cli.train.config.is_none() {
+                if launcher_rank().unwrap_or(0) == 0 {
+                    eprintln!("graphscale: nothing to do; try `graphscale --graph edges.h5` or `graphscale --help`");
+                }
+                2
+            } else {
+                spmd(&cli.global, |c| train_cmd(c, &cli.train))
+            }
+        }
+    };
+    std::process::exit(code);
+}
+
+fn serial(r: Result<()>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("graphscale: error: {e}");
+            1
+        }
+    }
+}
+
+/// Run `f` on every rank: under mpirun with MPI, else on `--ranks` threads. Every rank returns
+/// the same agreed result; rank 0 reports it.
+fn spmd(g: &graphscale::cli::Global, f: impl Fn(&Comm) -> Result<()> + Sync) -> i32 {
+    let timeout = Duration::from_secs_f64(g.comm_timeout.max(1.0));
+    let under_mpi = launcher_rank().is_some();
+    let finish = |comm: &Comm, r: Result<()>| -> i32 {
+        let r = agree(comm, r);
+        match r {
+            Ok(()) => 0,
+            Err(e) => {
+                if comm.rank() == 0 {
+                    eprintln!("graphscale: error: {e}");
+                }
+                1
+            }
+        }
+    };
+    if under_mpi {
+        let Some(comm) = MpiComm::init(timeout) else {
+            eprintln!("graphscale: MPI was already initialised");
+            return 1;
+        };
+        let comm = Comm::Mpi(comm);
+        install_panic_hook(comm.rank(), true);
+        let r = f(&comm);
+        finish(&comm, r)
+    } else {
+        install_panic_hook(0, false);
+        let codes = local::run(g.ranks.max(1), timeout, |comm| {
+            let r = f(&comm);
+            finish(&comm, r)
+        });
+        codes.into_iter().max().unwrap_or(0)
+    }
+}
+
+fn convert(c: &ConvertCmd) -> Result<()> {
+    let t = std::time::Instant::now();
+    let r = text::convert(&c.input, &c.output, c.directed, c.string_ids)?;
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "converted {}: {} nodes, {} edges{} in {:.2} s ({:.0} edges/s) -> {}",
+        c.input.display(),
+        r.num_nodes,
+        r.num_edges,
+        if r.weighted { " (weighted)" } else { "" },
+        secs,
+        r.num_edges as f64 / secs.max(1e-9),
+        c.output.display()
+    );
+    Ok(())
+}
+
+fn generate_cmd(g: &GenerateCmd) -> Result<()> {
+    match g {
+        GenerateCmd::Sbm { nodes, blocks, avg_degree, mix, output, labels, seed } => {
+            let lab = generate::sbm(output, *nodes, *blocks, *avg_degree, *mix, *seed)?;
+            if let Some(l) = labels {
+                generate::write_labels(l, &lab)?;
+            }
+            println!("generated sbm: {nodes} nodes, {blocks} blocks -> {}", output.display());
+        }
+        GenerateCmd::Rmat { scale, edge_factor, output, seed } => {
+            let m = generate::rmat(output, *scale, *edge_factor, *seed)?;
+            println!("generated rmat: {} nodes, {m} edges -> {}", 1u64 << scale, output.display());
+        }
+        GenerateCmd::Shape { shape, nodes, output } => {
+            if *nodes < 3 {
+                return Err(Error::config("--nodes must be at least 3 for a shape"));
+            }
+            let edges = generate::shape_edges(*shape, *nodes);
+            h5::write_edges(output, &edges, *nodes, false, false)?;
+            println!("generated {shape:?}: {nodes} nodes, {} edges -> {}", edges.len(), output.display());
+        }
+    }
+    Ok(())
+}
+
+fn export_cmd(x: &ExportCmd) -> Result<()> {
+    let (rows, dim, data) = train::output::read_embeddings(&x.embeddings)?;
+    match x.format.as_str() {
+        "npy" => export::npy(&x.output, rows, dim, &data)?,
+        _ => export::word2vec(&x.output, rows, dim, &data)?,
+    }
+    println!("exported {rows} x {dim} -> {}", x.output.display());
+    Ok(())
+}
+
+fn info(comm: &Comm, i: &InfoCmd) -> Result<()> {
+    let scheme = agree(comm, i.partition.parse().map_err(Error::config))?;
+    let t = std::time::Instant::now();
+    let g = csr::load(comm, &i.graph, scheme, csr::LOAD_CHUNK_EDGES)?;
+    let secs = t.elapsed().as_secs_f64();
+    let s = csr::stats(comm, &g);
+    if comm.rank() == 0 {
+        if i.json {
+            println!("{}", serde_json::to_string_pretty(&s).expect("stats serialize"));
+        } else {
+            println!("graph            {}", i.graph.display());
+            println!("nodes            {}", s.num_nodes);
+            println!("edges (file)     {}{}", s.file_edges, if s.directed { " directed" } else { " undirected" });
+            println!("adjacency        {} entries{}", s.adjacency_entries, if s.weighted { ", weighted" } else { "" });
+            println!("degree           min {} / mean {:.2} / max {}; {} isolated", s.min_degree, s.mean_degree, s.max_degree, s.isolated_nodes);
+            println!("ranks            {} ({:?} partition, fingerprint {})", s.ranks, scheme, s.partition_fingerprint);
+            println!(
+                "balance          nodes max/mean {:.3}; adjacency max/mean {:.3}",
+                s.max_rank_nodes as f64 / s.mean_rank_nodes.max(1e-9),
+                s.max_rank_entries as f64 / s.mean_rank_entries.max(1e-9)
+            );
+            println!("load             {:.2} s ({:.0} edges/s)", secs, s.file_edges as f64 / secs.max(1e-9));
+        }
+    }
+    Ok(())
+}
+
+fn train_cmd(comm: &Comm, t: &TrainCmd) -> Result<()> {
+    let raw = match &t.config {
+        Some(p) => RawTrain::from_toml(p).map(|f| f.overridden_by(t.raw.clone())),
+        None => Ok(t.raw.clone()),
+    };
+    let cfg = agree(comm, raw.and_then(TrainConfig::from_raw))?;
+    if comm.rank() == 0 {
+        eprintln!("graphscale: effective config {}", cfg.to_json());
+    }
+    let out = train::run(comm, &cfg)?;
+    if comm.rank() == 0 {
+        eprint!("{}", summary_table(&out.metrics));
+        if let Some(o) = &cfg.output {
+            eprintln!("graphscale: wrote {}", o.display());
+        }
+    }
+    Ok(())
+}

@@ -49,15 +49,17 @@ pub fn fatal(comm: &Comm, step: Option<u64>, e: &dyn std::fmt::Display) -> ! {
 }
 
 /// Install a panic hook that names the rank and ends the whole MPI job, so that a panic on one
-/// rank never leaves the others waiting in a collective.
+/// rank never leaves the others waiting in a collective (exit code 70).
 pub fn install_panic_hook(rank: usize, mpi: bool) {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         eprintln!("graphscale: rank {rank} panicked: {info}");
         default(info);
+        // The job is the MPI world, or this process when ranks are threads.
         if mpi {
             crate::comm::mpi::abort_world(70);
         }
+        std::process::exit(70);
     }));
 }
 

@@ -1,0 +1,142 @@
+//! Command-line interface: raw flags, parsed by clap. `graphscale --graph G.h5 [flags]` with no
+//! subcommand means `train` (the user's usage line is `mpirun -n 80 graphscale --graph edges.h5`).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::RawTrain;
+use crate::graph::generate::Shape;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "graphscale",
+    version,
+    about = "Distributed graph embeddings (DeepWalk, node2vec, LINE) over MPI",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub train: TrainCmd,
+    #[command(flatten)]
+    pub global: Global,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct Global {
+    /// End the job when a collective or fetch takes longer than this (seconds)
+    #[arg(long, global = true, default_value_t = 600.0)]
+    pub comm_timeout: f64,
+    /// Without mpirun: run this many ranks as threads of one process (debugging, tests)
+    #[arg(long, global = true, default_value_t = 1)]
+    pub ranks: usize,
+    /// More log output (-v info, -vv debug)
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Train embeddings (the default when no subcommand is given)
+    Train(TrainCmd),
+    /// Convert a text edge list to the HDF5 edge schema (serial, streaming)
+    Convert(ConvertCmd),
+    /// Generate a graph (serial)
+    #[command(subcommand)]
+    Generate(GenerateCmd),
+    /// Load a graph over all ranks and print its statistics and partition balance
+    Info(InfoCmd),
+    /// Export embeddings to .npy or word2vec text
+    Export(ExportCmd),
+}
+
+#[derive(Debug, Args, Clone, Default)]
+pub struct TrainCmd {
+    /// TOML run file (sections graph, embedding, storage, compute, training, output); flags win
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub raw: RawTrain,
+}
+
+#[derive(Debug, Args)]
+pub struct ConvertCmd {
+    /// Text edge list: `src dst [weight]` per line; `#`/`%` comments
+    pub input: PathBuf,
+    #[arg(short = 'o', long)]
+    pub output: PathBuf,
+    /// Edges are directed (default: undirected)
+    #[arg(long)]
+    pub directed: bool,
+    /// Node tokens are arbitrary strings, mapped to dense ids kept in `node_names`
+    #[arg(long)]
+    pub string_ids: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GenerateCmd {
+    /// Planted partition (stochastic block model) with its labels
+    Sbm {
+        #[arg(long)]
+        nodes: u64,
+        #[arg(long)]
+        blocks: u64,
+        #[arg(long, default_value_t = 10.0)]
+        avg_degree: f64,
+        /// Fraction of edges that leave their block
+        #[arg(long, default_value_t = 0.1)]
+        mix: f64,
+        #[arg(short = 'o', long)]
+        output: PathBuf,
+        /// Write `node<TAB>block` lines here
+        #[arg(long)]
+        labels: Option<PathBuf>,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Graph500 R-MAT: 2^scale nodes, edge_factor * 2^scale edges
+    Rmat {
+        #[arg(long)]
+        scale: u32,
+        #[arg(long, default_value_t = 16)]
+        edge_factor: u64,
+        #[arg(short = 'o', long)]
+        output: PathBuf,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// A tiny shape with a known answer
+    Shape {
+        #[arg(value_enum)]
+        shape: Shape,
+        #[arg(long)]
+        nodes: u64,
+        #[arg(short = 'o', long)]
+        output: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct InfoCmd {
+    #[arg(long)]
+    pub graph: PathBuf,
+    /// Node placement: striped or block
+    #[arg(long, default_value = "striped")]
+    pub partition: String,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportCmd {
+    #[arg(long)]
+    pub embeddings: PathBuf,
+    #[arg(long, value_parser = ["npy", "word2vec"])]
+    pub format: String,
+    #[arg(short = 'o', long)]
+    pub output: PathBuf,
+}

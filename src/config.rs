@@ -1,0 +1,515 @@
+//! Configuration in two stages: raw values from flags and an optional TOML file (flags win), then
+//! a validated [`TrainConfig`] whose constructor rejects contradictions with messages that name
+//! the flag. The effective config travels into every output as JSON.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::graph::partition::Scheme;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Model {
+    Deepwalk,
+    Node2vec,
+    Line,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    #[serde(alias = "float32")]
+    F32,
+    #[serde(alias = "float16")]
+    F16,
+    #[serde(alias = "bfloat16")]
+    Bf16,
+}
+
+impl Dtype {
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::F16 | Dtype::Bf16 => 2,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Optimizer {
+    Sgd,
+    #[serde(alias = "sgd_with_momentum")]
+    Momentum,
+    Adagrad,
+    Adam,
+}
+
+impl Optimizer {
+    /// f32 values of optimizer state per row of `dim` values.
+    pub fn state_per_row(self, dim: usize) -> usize {
+        match self {
+            Optimizer::Sgd => 0,
+            Optimizer::Momentum => dim,
+            Optimizer::Adagrad => 1,
+            Optimizer::Adam => 2 * dim + 1,
+        }
+    }
+}
+
+/// Values as given (flags or file); `None` means "not given".
+#[derive(Clone, Debug, Default, Serialize, Deserialize, clap::Args)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTrain {
+    /// HDF5 edge file (see docs/formats.md)
+    #[arg(long)]
+    pub graph: Option<PathBuf>,
+    /// Output embeddings (HDF5, dataset `embeddings`)
+    #[arg(short = 'o', long)]
+    pub output: Option<PathBuf>,
+    #[arg(long, value_enum)]
+    pub model: Option<Model>,
+    #[arg(long)]
+    pub dim: Option<usize>,
+    /// Storage type of the rows (math is always f32)
+    #[arg(long, value_enum)]
+    pub dtype: Option<Dtype>,
+    #[arg(long, value_enum)]
+    pub optimizer: Option<Optimizer>,
+    #[arg(long)]
+    pub momentum: Option<f32>,
+    /// Initial learning rate (decays linearly to lr * 1e-4)
+    #[arg(long)]
+    pub lr: Option<f32>,
+    /// Fraction of the run over which the learning rate warms up linearly from 0
+    #[arg(long)]
+    pub warmup: Option<f32>,
+    #[arg(long)]
+    pub walks_per_node: Option<u32>,
+    #[arg(long)]
+    pub walk_length: Option<u32>,
+    #[arg(long)]
+    pub window: Option<u32>,
+    #[arg(long)]
+    pub negatives: Option<u32>,
+    #[arg(long)]
+    pub epochs: Option<u32>,
+    /// node2vec return parameter
+    #[arg(long)]
+    pub p: Option<f32>,
+    /// node2vec in-out parameter
+    #[arg(long)]
+    pub q: Option<f32>,
+    /// LINE proximity order (1 or 2)
+    #[arg(long)]
+    pub order: Option<u32>,
+    /// LINE: edge samples per epoch, as a multiple of the number of edges
+    #[arg(long)]
+    pub line_samples: Option<f64>,
+    /// Frequent-node subsampling threshold (word2vec `sample`; 0 disables)
+    #[arg(long)]
+    pub subsample: Option<f64>,
+    /// Target positive pairs per training step per rank
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Row ids merged into one one-sided request
+    #[arg(long)]
+    pub request_batch_size: Option<usize>,
+    /// Compute threads per rank (default: all cores / ranks on the node)
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Gradient pushes that may be outstanding (0 = apply before the next step)
+    #[arg(long)]
+    pub max_staleness: Option<u32>,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Node-to-rank placement: striped (default) or block
+    #[arg(long)]
+    pub partition: Option<String>,
+    /// Refuse to start when the per-rank memory estimate exceeds this (e.g. 8G, 512M)
+    #[arg(long)]
+    pub max_memory: Option<String>,
+    /// JSON-lines metrics file (one line per rank and report)
+    #[arg(long)]
+    pub metrics: Option<PathBuf>,
+}
+
+/// The TOML run file: the sections of the user's source design.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RunFile {
+    graph: FileGraph,
+    embedding: FileEmbedding,
+    storage: FileStorage,
+    compute: FileCompute,
+    training: FileTraining,
+    output: FileOutput,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct FileGraph {
+    name: Option<String>,
+    path: Option<PathBuf>,
+    num_nodes: Option<u64>,
+    num_edges: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct FileEmbedding {
+    dim: Option<usize>,
+    dtype: Option<Dtype>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct FileStorage {
+    scheme: Option<String>,
+    max_memory: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct FileCompute {
+    threads: Option<usize>,
+    batch_size: Option<usize>,
+    request_batch_size: Option<usize>,
+    max_staleness: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct FileTraining {
+    #[serde(alias = "algorithm")]
+    model: Option<Model>,
+    walk_length: Option<u32>,
+    #[serde(alias = "window_size")]
+    window: Option<u32>,
+    #[serde(alias = "num_walks_per_node")]
+    walks_per_node: Option<u32>,
+    negatives: Option<u32>,
+    epochs: Option<u32>,
+    #[serde(alias = "learning_rate")]
+    lr: Option<f32>,
+    warmup: Option<f32>,
+    optimizer: Option<Optimizer>,
+    momentum: Option<f32>,
+    p: Option<f32>,
+    q: Option<f32>,
+    order: Option<u32>,
+    line_samples: Option<f64>,
+    subsample: Option<f64>,
+    seed: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct FileOutput {
+    path: Option<PathBuf>,
+    metrics: Option<PathBuf>,
+}
+
+impl RawTrain {
+    /// Values from `path`, to be overridden by flags.
+    pub fn from_toml(path: &Path) -> Result<RawTrain> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        Self::from_toml_str(&text).map_err(|m| Error::bad_input(path, m))
+    }
+
+    pub fn from_toml_str(text: &str) -> std::result::Result<RawTrain, String> {
+        let f: RunFile = toml::from_str(text).map_err(|e| e.to_string())?;
+        let _ = (&f.graph.name, f.graph.num_nodes, f.graph.num_edges);
+        Ok(RawTrain {
+            graph: f.graph.path,
+            output: f.output.path,
+            metrics: f.output.metrics,
+            model: f.training.model,
+            dim: f.embedding.dim,
+            dtype: f.embedding.dtype,
+            optimizer: f.training.optimizer,
+            momentum: f.training.momentum,
+            lr: f.training.lr,
+            warmup: f.training.warmup,
+            walks_per_node: f.training.walks_per_node,
+            walk_length: f.training.walk_length,
+            window: f.training.window,
+            negatives: f.training.negatives,
+            epochs: f.training.epochs,
+            p: f.training.p,
+            q: f.training.q,
+            order: f.training.order,
+            line_samples: f.training.line_samples,
+            subsample: f.training.subsample,
+            batch_size: f.compute.batch_size,
+            request_batch_size: f.compute.request_batch_size,
+            threads: f.compute.threads,
+            max_staleness: f.compute.max_staleness,
+            seed: f.training.seed,
+            partition: f.storage.scheme,
+            max_memory: f.storage.max_memory,
+        })
+    }
+
+    /// `self` with every value `flags` gives replacing the file's.
+    pub fn overridden_by(self, flags: RawTrain) -> RawTrain {
+        macro_rules! pick {
+            ($($f:ident),*) => { RawTrain { $($f: flags.$f.or(self.$f)),* } };
+        }
+        pick!(
+            graph, output, model, dim, dtype, optimizer, momentum, lr, warmup, walks_per_node,
+            walk_length, window, negatives, epochs, p, q, order, line_samples, subsample,
+            batch_size, request_batch_size, threads, max_staleness, seed, partition, max_memory,
+            metrics
+        )
+    }
+}
+
+/// A validated training configuration.
+#[derive(Clone, Debug, Serialize)]
+pub struct TrainConfig {
+    pub graph: PathBuf,
+    pub output: Option<PathBuf>,
+    pub metrics: Option<PathBuf>,
+    pub model: Model,
+    pub dim: usize,
+    pub dtype: Dtype,
+    pub optimizer: Optimizer,
+    pub momentum: f32,
+    pub lr: f32,
+    pub warmup: f32,
+    pub walks_per_node: u32,
+    pub walk_length: u32,
+    pub window: u32,
+    pub negatives: u32,
+    pub epochs: u32,
+    pub p: f32,
+    pub q: f32,
+    pub order: u32,
+    pub line_samples: f64,
+    pub subsample: f64,
+    pub batch_size: usize,
+    pub request_batch_size: usize,
+    pub threads: usize,
+    pub max_staleness: u32,
+    pub seed: u64,
+    pub partition: Scheme,
+    pub max_memory: Option<u64>,
+}
+
+/// Ranks of this job on this node, from the launcher's environment (1 when unknown).
+pub fn ranks_on_this_node() -> usize {
+    ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// Parse sizes like `512M`, `8G`, `1.5T` or plain bytes.
+pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let (num, mul) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
+        Some('T' | 't') => (&t[..t.len() - 1], 1 << 40),
+        _ => (t, 1),
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("--max-memory '{s}' is not a size like 512M or 8G"))?;
+    if !(v.is_finite() && v > 0.0) {
+        return Err(format!("--max-memory '{s}' must be positive"));
+    }
+    Ok((v * mul as f64) as u64)
+}
+
+impl TrainConfig {
+    pub fn from_raw(r: RawTrain) -> Result<TrainConfig> {
+        let bad = |m: String| Err(Error::config(m));
+        let Some(graph) = r.graph else {
+            return bad("--graph is required (an HDF5 edge file; see `graphscale convert`)".into());
+        };
+        let model = r.model.unwrap_or(Model::Deepwalk);
+        let optimizer = r.optimizer.unwrap_or(Optimizer::Sgd);
+        let default_lr = match optimizer {
+            Optimizer::Sgd | Optimizer::Momentum => 0.025,
+            Optimizer::Adagrad => 0.1,
+            Optimizer::Adam => 0.01,
+        };
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let c = TrainConfig {
+            graph,
+            output: r.output,
+            metrics: r.metrics,
+            model,
+            dim: r.dim.unwrap_or(128),
+            dtype: r.dtype.unwrap_or(Dtype::F32),
+            optimizer,
+            momentum: r.momentum.unwrap_or(0.9),
+            lr: r.lr.unwrap_or(default_lr),
+            warmup: r.warmup.unwrap_or(0.0),
+            walks_per_node: r.walks_per_node.unwrap_or(10),
+            walk_length: r.walk_length.unwrap_or(80),
+            window: r.window.unwrap_or(10),
+            negatives: r.negatives.unwrap_or(5),
+            epochs: r.epochs.unwrap_or(1),
+            p: r.p.unwrap_or(1.0),
+            q: r.q.unwrap_or(1.0),
+            order: r.order.unwrap_or(2),
+            line_samples: r.line_samples.unwrap_or(100.0),
+            subsample: r.subsample.unwrap_or(1e-3),
+            batch_size: r.batch_size.unwrap_or(16384),
+            request_batch_size: r.request_batch_size.unwrap_or(4096),
+            threads: r.threads.unwrap_or_else(|| (cores / ranks_on_this_node()).max(1)),
+            max_staleness: r.max_staleness.unwrap_or(0),
+            seed: r.seed.unwrap_or(0),
+            partition: match r.partition {
+                None => Scheme::Striped,
+                Some(s) => s.parse().map_err(|m: String| Error::config(format!("--partition: {m}")))?,
+            },
+            max_memory: r.max_memory.as_deref().map(parse_bytes).transpose().map_err(Error::config)?,
+        };
+        c.check()?;
+        Ok(c)
+    }
+
+    fn check(&self) -> Result<()> {
+        let mut errs = Vec::new();
+        let mut need = |ok: bool, m: &str| {
+            if !ok {
+                errs.push(m.to_string());
+            }
+        };
+        need(self.dim > 0, "--dim must be at least 1");
+        need(self.dim <= 65536, "--dim must be at most 65536");
+        need(self.lr.is_finite() && self.lr > 0.0, "--lr must be a positive number");
+        need((0.0..1.0).contains(&self.warmup), "--warmup must be in [0, 1)");
+        need(self.epochs > 0, "--epochs must be at least 1");
+        need(self.negatives <= 1000, "--negatives must be at most 1000");
+        need(self.batch_size > 0, "--batch-size must be at least 1");
+        need(self.request_batch_size > 0, "--request-batch-size must be at least 1");
+        need(self.threads > 0, "--threads must be at least 1");
+        need((0.0..1.0).contains(&self.momentum), "--momentum must be in [0, 1)");
+        need(
+            self.subsample.is_finite() && self.subsample >= 0.0,
+            "--subsample must be >= 0 (0 disables)",
+        );
+        match self.model {
+            Model::Deepwalk | Model::Node2vec => {
+                need(self.window > 0, "--window must be at least 1");
+                need(self.window <= 64, "--window must be at most 64");
+                need(self.walk_length >= 2, "--walk-length must be at least 2");
+                need(self.walks_per_node > 0, "--walks-per-node must be at least 1");
+            }
+            Model::Line => {
+                need(self.order == 1 || self.order == 2, "--order must be 1 or 2 (LINE)");
+                need(
+                    self.line_samples.is_finite() && self.line_samples > 0.0,
+                    "--line-samples must be positive",
+                );
+            }
+        }
+        need(
+            self.p.is_finite() && self.p > 0.0 && self.q.is_finite() && self.q > 0.0,
+            "--p and --q must be positive (node2vec)",
+        );
+        if self.model != Model::Node2vec && (self.p != 1.0 || self.q != 1.0) {
+            errs.push(format!(
+                "--p/--q only apply to --model node2vec (got --model {:?})",
+                self.model
+            ));
+        }
+        if self.dtype != Dtype::F32 && self.optimizer == Optimizer::Adam && self.lr > 0.1 {
+            errs.push("--optimizer adam with a reduced-precision --dtype needs --lr <= 0.1".into());
+        }
+        if self.optimizer == Optimizer::Sgd && self.momentum != 0.9 {
+            errs.push("--momentum needs --optimizer momentum".into());
+        }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::config(errs.join("; ")))
+        }
+    }
+
+    /// Bytes this rank will allocate for `rows` rows: two matrices (vertex and context; LINE
+    /// first order uses one) in the storage dtype plus f32 optimizer state for each.
+    pub fn memory_estimate(&self, rows: u64) -> u64 {
+        let matrices = if self.model == Model::Line && self.order == 1 { 1 } else { 2 };
+        let per_row = self.dim as u64 * self.dtype.size() as u64
+            + 4 * self.optimizer.state_per_row(self.dim) as u64;
+        matrices * rows * per_row
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("config serializes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw() -> RawTrain {
+        RawTrain {
+            graph: Some("g.h5".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let file = RawTrain::from_toml_str(
+            "[embedding]\ndim = 64\ndtype = \"float16\"\n[training]\nalgorithm = \"line\"\nlearning_rate = 0.01\n",
+        )
+        .unwrap();
+        let flags = RawTrain {
+            dim: Some(32),
+            ..raw()
+        };
+        let c = TrainConfig::from_raw(file.overridden_by(flags)).unwrap();
+        assert_eq!((c.dim, c.dtype, c.model, c.lr), (32, Dtype::F16, Model::Line, 0.01));
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let e = RawTrain::from_toml_str("[training]\nlearning_rat = 0.1\n").unwrap_err();
+        assert!(e.contains("learning_rat"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_their_flags() {
+        let cases: Vec<(RawTrain, &str)> = vec![
+            (RawTrain { dim: Some(0), ..raw() }, "--dim"),
+            (RawTrain { window: Some(0), ..raw() }, "--window"),
+            (RawTrain { lr: Some(-0.1), ..raw() }, "--lr"),
+            (RawTrain { model: Some(Model::Node2vec), p: Some(0.0), ..raw() }, "--p and --q"),
+            (RawTrain { p: Some(2.0), ..raw() }, "only apply to --model node2vec"),
+            (RawTrain { model: Some(Model::Line), order: Some(3), ..raw() }, "--order"),
+            (RawTrain { max_memory: Some("lots".into()), ..raw() }, "--max-memory"),
+            (RawTrain { graph: None, ..raw() }, "--graph is required"),
+        ];
+        for (r, want) in cases {
+            let e = TrainConfig::from_raw(r).unwrap_err().to_string();
+            assert!(e.contains(want), "{e} should mention {want}");
+        }
+    }
+
+    #[test]
+    fn memory_estimate_follows_the_formula() {
+        let c = TrainConfig::from_raw(RawTrain {
+            dim: Some(128),
+            dtype: Some(Dtype::F16),
+            optimizer: Some(Optimizer::Momentum),
+            ..raw()
+        })
+        .unwrap();
+        assert_eq!(c.memory_estimate(1000), 2 * 1000 * (128 * 2 + 128 * 4));
+        assert_eq!(parse_bytes("1.5G").unwrap(), 3 << 29);
+    }
+}

@@ -1,0 +1,71 @@
+//! Negatives from the global degree^0.75 distribution without any rank holding a global table.
+//! Each rank keeps an alias table over its own nodes; on refresh, every rank draws its share of a
+//! pool (proportional to its mass) and the pool is all-gathered, so every rank then holds the
+//! same sample of the global distribution and draws from it uniformly.
+
+use rand::Rng as _;
+
+use super::alias::AliasTable;
+use super::Rng;
+use crate::comm::{decode_u64, encode_u64, Comm};
+use crate::graph::LocalGraph;
+
+pub struct NegativePool {
+    local: Option<AliasTable>,
+    share: f64,
+    pool: Vec<u64>,
+    pool_size: usize,
+    rank: usize,
+    part: crate::graph::Partitioner,
+}
+
+impl NegativePool {
+    /// Collective. `weight(i)` is the unnormalised probability of local node `i`
+    /// (degree^0.75 by default).
+    pub fn new(comm: &Comm, g: &LocalGraph, pool_size: usize, power: f64) -> NegativePool {
+        let w: Vec<f64> = (0..g.num_local()).map(|i| g.weighted_degree(i).powf(power)).collect();
+        let mass: f64 = w.iter().sum();
+        let total = comm.all_reduce_f64(&[mass], crate::comm::ReduceOp::Sum)[0];
+        NegativePool {
+            local: AliasTable::new(&w),
+            share: if total > 0.0 { mass / total } else { 0.0 },
+            pool: Vec::new(),
+            pool_size: pool_size.max(1),
+            rank: comm.rank(),
+            part: g.part.clone(),
+        }
+    }
+
+    /// Collective: draw a fresh pool.
+    pub fn refresh(&mut self, comm: &Comm, rng: &mut Rng) {
+        let mine = match &self.local {
+            // Randomised rounding keeps every rank's expected share exact.
+            Some(t) => {
+                let want = self.share * self.pool_size as f64;
+                let frac = want.fract();
+                let extra = u64::from(((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < frac);
+                let k = want as u64 + extra;
+                (0..k)
+                    .map(|_| self.part.global(self.rank, t.sample(rng)))
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        self.pool = comm
+            .all_gather_bytes(&encode_u64(&mine))
+            .iter()
+            .flat_map(|b| decode_u64(b))
+            .collect();
+    }
+
+    /// One negative (the pool is never empty after a refresh of a graph with edges).
+    #[inline]
+    pub fn draw(&self, rng: &mut Rng) -> u64 {
+        let r = rng.next_u64();
+        self.pool[((r >> 32) * self.pool.len() as u64 >> 32) as usize]
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pool.is_empty()
+    }
+}

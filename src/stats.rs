@@ -1,0 +1,126 @@
+//! Per-rank, per-phase measurements: seconds, bytes, rows, pairs, loss, peak RSS. Written as JSON
+//! lines and summarised by rank 0 in a table.
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+/// The phases of a step (DESIGN section 9).
+#[derive(Default, Clone, Debug, Serialize, Deserialize)]
+pub struct Phases {
+    pub load: f64,
+    pub sample: f64,
+    pub fetch: f64,
+    pub compute: f64,
+    pub push: f64,
+    pub apply: f64,
+    pub output: f64,
+}
+
+#[derive(Default, Clone, Debug, Serialize, Deserialize)]
+pub struct RankMetrics {
+    pub rank: usize,
+    pub seconds: Phases,
+    pub steps: u64,
+    pub pairs: u64,
+    pub tokens: u64,
+    pub local_rows: u64,
+    pub remote_rows: u64,
+    pub fetch_bytes: u64,
+    pub push_bytes_sent: u64,
+    pub push_bytes_received: u64,
+    pub comm_bytes_sent: u64,
+    pub comm_bytes_received: u64,
+    pub loss_sum: f64,
+    pub loss_terms: u64,
+    pub train_seconds: f64,
+    pub peak_rss_bytes: u64,
+    pub memory_estimate_bytes: u64,
+}
+
+impl RankMetrics {
+    pub fn pairs_per_second(&self) -> f64 {
+        self.pairs as f64 / self.train_seconds.max(1e-9)
+    }
+}
+
+/// Peak resident set size of this process (VmHWM), in bytes; 0 where unavailable.
+pub fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Adds the time since creation to a phase counter when dropped... kept explicit instead:
+/// `let t = Timer::start(); ...; phases.fetch += t.secs();`
+pub struct Timer(Instant);
+
+impl Timer {
+    pub fn start() -> Timer {
+        Timer(Instant::now())
+    }
+
+    pub fn secs(&self) -> f64 {
+        self.0.elapsed().as_secs_f64()
+    }
+}
+
+pub fn human_bytes(b: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", units[u])
+}
+
+/// The end-of-run table over all ranks (max and mean per phase), printed by rank 0.
+pub fn summary_table(all: &[RankMetrics]) -> String {
+    let n = all.len() as f64;
+    let mut s = String::new();
+    let col = |f: &dyn Fn(&RankMetrics) -> f64| {
+        let max = all.iter().map(f).fold(0.0, f64::max);
+        let mean = all.iter().map(f).sum::<f64>() / n;
+        (max, mean)
+    };
+    s.push_str("phase        max s     mean s\n");
+    let rows: [(&str, &dyn Fn(&RankMetrics) -> f64); 7] = [
+        ("load", &|m| m.seconds.load),
+        ("sample", &|m| m.seconds.sample),
+        ("fetch", &|m| m.seconds.fetch),
+        ("compute", &|m| m.seconds.compute),
+        ("push", &|m| m.seconds.push),
+        ("apply", &|m| m.seconds.apply),
+        ("output", &|m| m.seconds.output),
+    ];
+    for (name, f) in rows {
+        let (mx, mean) = col(f);
+        s.push_str(&format!("{name:<10} {mx:>8.2} {mean:>10.2}\n"));
+    }
+    let pairs: u64 = all.iter().map(|m| m.pairs).sum();
+    let train = all.iter().map(|m| m.train_seconds).fold(0.0, f64::max);
+    let remote: u64 = all.iter().map(|m| m.remote_rows).sum();
+    let local: u64 = all.iter().map(|m| m.local_rows).sum();
+    let fetch: u64 = all.iter().map(|m| m.fetch_bytes).sum();
+    let push: u64 = all.iter().map(|m| m.push_bytes_sent).sum();
+    let loss: f64 = all.iter().map(|m| m.loss_sum).sum();
+    let terms: u64 = all.iter().map(|m| m.loss_terms).sum();
+    let rss = all.iter().map(|m| m.peak_rss_bytes).max().unwrap_or(0);
+    s.push_str(&format!(
+        "pairs {pairs} in {train:.2} s: {:.0} pairs/s; rows local {local} remote {remote}; \
+         fetched {}, pushed {}; mean loss per pair {:.4}; peak RSS per rank {}\n",
+        pairs as f64 / train.max(1e-9),
+        human_bytes(fetch),
+        human_bytes(push),
+        loss / terms.max(1) as f64,
+        human_bytes(rss)
+    ));
+    s
+}

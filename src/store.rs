@@ -1,0 +1,232 @@
+//! A rank's storage partition: the rows of the nodes it owns for each embedding matrix, in the
+//! storage dtype, exposed in a [`Window`] for one-sided reads, plus the optimizer state, which
+//! only the owner touches. Math is always f32; rows convert on the way in and out.
+
+use half::{bf16, f16};
+
+use crate::comm::{Comm, Window};
+use crate::config::{Dtype, Optimizer};
+
+/// Convert one stored row to f32.
+#[inline]
+pub fn decode_row(dtype: Dtype, bytes: &[u8], out: &mut [f32]) {
+    match dtype {
+        Dtype::F32 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        Dtype::F16 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+            }
+        }
+        Dtype::Bf16 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+            }
+        }
+    }
+}
+
+/// Store one f32 row in the storage dtype (round to nearest).
+#[inline]
+pub fn encode_row(dtype: Dtype, row: &[f32], bytes: &mut [u8]) {
+    match dtype {
+        Dtype::F32 => {
+            for (x, c) in row.iter().zip(bytes.chunks_exact_mut(4)) {
+                c.copy_from_slice(&x.to_le_bytes());
+            }
+        }
+        Dtype::F16 => {
+            for (x, c) in row.iter().zip(bytes.chunks_exact_mut(2)) {
+                c.copy_from_slice(&f16::from_f32(*x).to_bits().to_le_bytes());
+            }
+        }
+        Dtype::Bf16 => {
+            for (x, c) in row.iter().zip(bytes.chunks_exact_mut(2)) {
+                c.copy_from_slice(&bf16::from_f32(*x).to_bits().to_le_bytes());
+            }
+        }
+    }
+}
+
+/// Hyper-parameters of the owner-side update.
+#[derive(Clone, Copy, Debug)]
+pub struct OptParams {
+    pub kind: Optimizer,
+    pub momentum: f32,
+    pub beta2: f32,
+    pub eps: f32,
+}
+
+impl OptParams {
+    pub fn new(kind: Optimizer, momentum: f32) -> Self {
+        OptParams {
+            kind,
+            momentum,
+            beta2: 0.999,
+            eps: 1e-8,
+        }
+    }
+}
+
+/// Apply one optimizer step to `w` with gradient `g` (loss gradient, not yet scaled by lr).
+/// `state` is this row's slice of optimizer state (`Optimizer::state_per_row` values).
+#[inline]
+pub fn apply_update(p: &OptParams, lr: f32, w: &mut [f32], g: &[f32], state: &mut [f32]) {
+    match p.kind {
+        Optimizer::Sgd => {
+            for (w, g) in w.iter_mut().zip(g) {
+                *w -= lr * g;
+            }
+        }
+        Optimizer::Momentum => {
+            for ((w, g), m) in w.iter_mut().zip(g).zip(state.iter_mut()) {
+                *m = p.momentum * *m + g;
+                *w -= lr * *m;
+            }
+        }
+        Optimizer::Adagrad => {
+            // Row-wise Adagrad (PyTorch-BigGraph): one accumulator of the mean squared gradient.
+            let mean_sq = g.iter().map(|x| x * x).sum::<f32>() / g.len() as f32;
+            state[0] += mean_sq;
+            let scale = lr / (state[0].sqrt() + p.eps);
+            for (w, g) in w.iter_mut().zip(g) {
+                *w -= scale * g;
+            }
+        }
+        Optimizer::Adam => {
+            // Sparse ("lazy") Adam: moments and bias correction advance only when the row is
+            // updated; state = [m (dim), v (dim), steps].
+            let d = w.len();
+            let (m, rest) = state.split_at_mut(d);
+            let (v, t) = rest.split_at_mut(d);
+            t[0] += 1.0;
+            let (b1, b2) = (p.momentum, p.beta2);
+            let c1 = 1.0 - b1.powf(t[0]);
+            let c2 = 1.0 - b2.powf(t[0]);
+            for i in 0..d {
+                m[i] = b1 * m[i] + (1.0 - b1) * g[i];
+                v[i] = b2 * v[i] + (1.0 - b2) * g[i] * g[i];
+                w[i] -= lr * (m[i] / c1) / ((v[i] / c2).sqrt() + p.eps);
+            }
+        }
+    }
+}
+
+/// One embedding matrix's rows owned by this rank.
+pub struct Shard {
+    pub window: Window,
+    pub dtype: Dtype,
+    pub dim: usize,
+    pub rows: usize,
+    pub state: Vec<f32>,
+    pub state_per_row: usize,
+}
+
+impl Shard {
+    /// Collective: allocate the window (every rank, same order) and the optimizer state.
+    pub fn new(comm: &Comm, rows: usize, dim: usize, dtype: Dtype, opt: Optimizer) -> Shard {
+        let window = comm.window(rows * dim * dtype.size());
+        let spr = opt.state_per_row(dim);
+        Shard {
+            window,
+            dtype,
+            dim,
+            rows,
+            state: vec![0.0; rows * spr],
+            state_per_row: spr,
+        }
+    }
+
+    pub fn row_bytes(&self) -> usize {
+        self.dim * self.dtype.size()
+    }
+
+    /// Fill every row with `f(row, out)`.
+    pub fn init(&mut self, f: impl Fn(usize, &mut [f32])) {
+        let (dtype, dim, rb) = (self.dtype, self.dim, self.row_bytes());
+        self.window.with_local_mut(|bytes| {
+            let mut buf = vec![0f32; dim];
+            for (r, chunk) in bytes.chunks_exact_mut(rb).enumerate() {
+                f(r, &mut buf);
+                encode_row(dtype, &buf, chunk);
+            }
+        });
+    }
+
+    /// Copy local rows out as f32 (row-major).
+    pub fn read_local(&self, rows: impl Iterator<Item = usize>, out: &mut Vec<f32>) {
+        let (dtype, dim, rb) = (self.dtype, self.dim, self.row_bytes());
+        self.window.with_local(|bytes| {
+            for r in rows {
+                let start = out.len();
+                out.resize(start + dim, 0.0);
+                decode_row(dtype, &bytes[r * rb..(r + 1) * rb], &mut out[start..]);
+            }
+        });
+    }
+
+    /// Apply gradient rows: `grads[i*dim..]` is the gradient of local row `rows[i]`.
+    pub fn apply(&mut self, p: &OptParams, lr: f32, rows: &[u32], grads: &[f32]) {
+        let (dtype, dim, rb, spr) = (self.dtype, self.dim, self.row_bytes(), self.state_per_row);
+        let state = &mut self.state;
+        self.window.with_local_mut(|bytes| {
+            let mut w = vec![0f32; dim];
+            for (i, &r) in rows.iter().enumerate() {
+                let r = r as usize;
+                let row = &mut bytes[r * rb..(r + 1) * rb];
+                decode_row(dtype, row, &mut w);
+                let st = &mut state[r * spr..(r + 1) * spr];
+                apply_update(p, lr, &mut w, &grads[i * dim..(i + 1) * dim], st);
+                encode_row(dtype, &w, row);
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtypes_round_trip_within_their_precision() {
+        let row: Vec<f32> = (0..16).map(|i| (i as f32 - 8.0) * 0.0137).collect();
+        for (dt, tol) in [(Dtype::F32, 0.0), (Dtype::F16, 1e-3), (Dtype::Bf16, 1e-2)] {
+            let mut b = vec![0u8; 16 * dt.size()];
+            let mut back = vec![0f32; 16];
+            encode_row(dt, &row, &mut b);
+            decode_row(dt, &b, &mut back);
+            for (a, c) in row.iter().zip(&back) {
+                assert!((a - c).abs() <= tol * a.abs().max(1e-3) + 1e-7, "{dt:?}: {a} vs {c}");
+            }
+        }
+    }
+
+    #[test]
+    fn optimizer_steps_match_hand_computed_values() {
+        let g = [0.5f32, -1.0];
+        let mk = |k| OptParams::new(k, 0.9);
+        // SGD: w - lr g
+        let mut w = [1.0f32, 1.0];
+        apply_update(&mk(Optimizer::Sgd), 0.1, &mut w, &g, &mut []);
+        assert_eq!(w, [0.95, 1.1]);
+        // Momentum, two steps: m1 = g, m2 = 0.9 g + g = 1.9 g
+        let (mut w, mut m) = ([1.0f32, 1.0], [0.0f32; 2]);
+        apply_update(&mk(Optimizer::Momentum), 0.1, &mut w, &g, &mut m);
+        apply_update(&mk(Optimizer::Momentum), 0.1, &mut w, &g, &mut m);
+        assert!((w[0] - (1.0 - 0.1 * 0.5 * 2.9)).abs() < 1e-6);
+        assert!((m[1] - (-1.9)).abs() < 1e-6);
+        // Row-wise Adagrad: acc = mean(g^2) = 0.625; w -= lr g / sqrt(acc)
+        let (mut w, mut a) = ([1.0f32, 1.0], [0.0f32]);
+        apply_update(&mk(Optimizer::Adagrad), 0.1, &mut w, &g, &mut a);
+        assert!((a[0] - 0.625).abs() < 1e-7);
+        assert!((w[0] - (1.0 - 0.1 * 0.5 / 0.625f32.sqrt())).abs() < 1e-6);
+        // Adam, first step: update = lr * sign(g) (bias-corrected m/sqrt(v) = g/|g|)
+        let (mut w, mut s) = ([1.0f32, 1.0], [0.0f32; 5]);
+        apply_update(&mk(Optimizer::Adam), 0.1, &mut w, &g, &mut s);
+        assert!((w[0] - 0.9).abs() < 1e-5 && (w[1] - 1.1).abs() < 1e-5, "{w:?}");
+        assert_eq!(s[4], 1.0);
+    }
+}

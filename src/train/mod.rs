@@ -1,0 +1,466 @@
+//! The solver loop. Per step on every rank: sample pairs (walk superstep or edge draws), draw
+//! negatives, deduplicate the batch's rows, read local rows directly and fetch remote rows with
+//! one-sided gets grouped by owner, compute loss and gradients on the rayon pool, sum gradients
+//! per row, push them to their owners in one aggregated all-to-all, and apply the optimizer on
+//! the owner. See `docs/architecture.md` for the consistency contract.
+
+pub mod output;
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use rand::RngExt;
+use rayon::prelude::*;
+use rustc_hash::FxHashMap;
+
+use crate::comm::{Comm, ReduceOp};
+use crate::config::{Model, TrainConfig};
+use crate::error::{Error, Result};
+use crate::graph::{csr, LocalGraph, NodeId};
+use crate::model::sgns;
+use crate::sample::alias::AliasTable;
+use crate::sample::negatives::NegativePool;
+use crate::sample::walk::{WalkEngine, WalkParams};
+use crate::sample::{rng_for, Rng};
+use crate::spmd::{agree, fatal};
+use crate::stats::{human_bytes, peak_rss_bytes, RankMetrics, Timer};
+use crate::store::{decode_row, OptParams, Shard};
+
+/// Matrix ids: 0 holds vertex (input) rows, 1 context (output) rows.
+const VERTEX: usize = 0;
+const CONTEXT: usize = 1;
+
+/// Steps between refreshes of the negative pool.
+const NEG_REFRESH: u64 = 16;
+
+/// Result of a run, identical on every rank.
+pub struct Outcome {
+    pub metrics: Vec<RankMetrics>,
+}
+
+/// Everything one rank trains with.
+pub struct Trainer<'a> {
+    comm: &'a Comm,
+    cfg: &'a TrainConfig,
+    g: &'a LocalGraph,
+    shards: Vec<Shard>,
+    opt: OptParams,
+    pool: rayon::ThreadPool,
+    neg: NegativePool,
+    rng: Rng,
+    /// Matrix of context and negative rows (CONTEXT, or VERTEX for LINE first order).
+    target_matrix: usize,
+    pub m: RankMetrics,
+    step: u64,
+}
+
+/// Collective: load the graph, allocate storage, train, write the output.
+pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
+    let t = Timer::start();
+    let g = csr::load(comm, &cfg.graph, cfg.partition, csr::LOAD_CHUNK_EDGES)?;
+    let load_secs = t.secs();
+    let rows = g.num_local() as u64;
+    let estimate = cfg.memory_estimate(rows);
+    let max_est = comm.max_u64(estimate);
+    let max_rows = comm.max_u64(rows);
+    if comm.rank() == 0 {
+        eprintln!(
+            "graphscale: {} nodes, {} edges, {} ranks; storage per rank {} ({} rows x {} dims x {} B x {} matrices + optimizer state)",
+            g.num_nodes(),
+            g.file_edges,
+            comm.size(),
+            human_bytes(max_est),
+            max_rows,
+            cfg.dim,
+            cfg.dtype.size(),
+            if cfg.model == Model::Line && cfg.order == 1 { 1 } else { 2 }
+        );
+    }
+    agree(
+        comm,
+        match cfg.max_memory {
+            Some(limit) if estimate > limit => Err(Error::config(format!(
+                "the storage estimate {} exceeds --max-memory {}; use more ranks, --dtype f16, or a smaller --dim",
+                human_bytes(estimate),
+                human_bytes(limit)
+            ))),
+            _ => Ok(()),
+        },
+    )?;
+    let mut tr = Trainer::new(comm, cfg, &g)?;
+    tr.m.seconds.load = load_secs;
+    tr.m.memory_estimate_bytes = estimate;
+    let t = Timer::start();
+    match cfg.model {
+        Model::Deepwalk | Model::Node2vec => tr.train_walks(),
+        Model::Line => tr.train_line(),
+    }
+    tr.m.train_seconds = t.secs();
+    if let Some(out) = &cfg.output {
+        let t = Timer::start();
+        output::write_embeddings(comm, out, &g, &tr.shards[VERTEX], cfg)?;
+        tr.m.seconds.output = t.secs();
+    }
+    tr.m.peak_rss_bytes = peak_rss_bytes();
+    let t = comm.traffic();
+    tr.m.comm_bytes_sent = t.sent.load(std::sync::atomic::Ordering::Relaxed);
+    tr.m.comm_bytes_received = t.received.load(std::sync::atomic::Ordering::Relaxed);
+    let mine = serde_json::to_vec(&tr.m).expect("metrics serialize");
+    let metrics: Vec<RankMetrics> = comm
+        .all_gather_bytes(&mine)
+        .iter()
+        .map(|b| serde_json::from_slice(b).expect("metrics parse"))
+        .collect();
+    if comm.rank() == 0 {
+        if let Some(path) = &cfg.metrics {
+            let mut f = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
+            for m in &metrics {
+                let line = serde_json::to_string(m).expect("metrics serialize");
+                writeln!(f, "{line}").map_err(|e| Error::io(path, e))?;
+            }
+        }
+    }
+    Ok(Outcome { metrics })
+}
+
+impl<'a> Trainer<'a> {
+    pub fn new(comm: &'a Comm, cfg: &'a TrainConfig, g: &'a LocalGraph) -> Result<Self> {
+        let rows = g.num_local();
+        let one_matrix = cfg.model == Model::Line && cfg.order == 1;
+        let mut shards = vec![Shard::new(comm, rows, cfg.dim, cfg.dtype, cfg.optimizer)];
+        if !one_matrix {
+            shards.push(Shard::new(comm, rows, cfg.dim, cfg.dtype, cfg.optimizer));
+        }
+        // word2vec init: vertex rows uniform in [-0.5/d, 0.5/d], seeded by node id so the
+        // initial matrix is the same for any number of ranks; context rows zero.
+        let (rank, seed, dim) = (comm.rank(), cfg.seed, cfg.dim);
+        let part = g.part.clone();
+        shards[VERTEX].init(|r, out| {
+            let mut rng = rng_for(seed, 0, 1 + part.global(rank, r));
+            for x in out.iter_mut() {
+                *x = (rng.random::<f32>() - 0.5) / dim as f32;
+            }
+        });
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(cfg.threads)
+            .thread_name(move |i| format!("compute-{rank}-{i}"))
+            .build()
+            .map_err(|e| Error::config(format!("--threads {}: {e}", cfg.threads)))?;
+        let neg = NegativePool::new(comm, g, (1 << 20).max(cfg.batch_size * 4), 0.75);
+        Ok(Trainer {
+            comm,
+            cfg,
+            g,
+            shards,
+            opt: OptParams::new(cfg.optimizer, cfg.momentum),
+            pool,
+            neg,
+            rng: rng_for(seed, rank, 2),
+            target_matrix: if one_matrix { VERTEX } else { CONTEXT },
+            m: RankMetrics {
+                rank,
+                ..Default::default()
+            },
+            step: 0,
+        })
+    }
+
+    /// Learning rate at `progress` in [0, 1]: linear decay to lr * 1e-4, optional warm-up.
+    fn lr_at(&self, progress: f64) -> f32 {
+        let p = progress.clamp(0.0, 1.0) as f32;
+        let mut lr = self.cfg.lr * (1.0 - p).max(1e-4);
+        if self.cfg.warmup > 0.0 && p < self.cfg.warmup {
+            lr *= (p / self.cfg.warmup).max(1e-3);
+        }
+        lr
+    }
+
+    fn train_walks(&mut self) {
+        let cfg = self.cfg;
+        let params = WalkParams {
+            walk_length: cfg.walk_length,
+            window: cfg.window,
+            walks_per_node: cfg.walks_per_node,
+            node2vec: (cfg.model == Model::Node2vec).then_some((cfg.p, cfg.q)),
+            in_flight: (cfg.batch_size / (cfg.window as usize + 1)).max(1),
+        };
+        let mut wrng = rng_for(cfg.seed, self.comm.rank(), 3);
+        let mut engine = WalkEngine::new(self.comm, self.g, params, cfg.subsample, &mut wrng);
+        let total = cfg.epochs as f64
+            * f64::from(cfg.walks_per_node)
+            * self.g.num_nodes() as f64
+            * f64::from(cfg.walk_length);
+        let mut done = 0f64;
+        let mut pairs = Vec::new();
+        let mut progress = Progress::new(self.comm.rank() == 0);
+        for _epoch in 0..cfg.epochs {
+            engine.new_epoch();
+            loop {
+                let t = Timer::start();
+                pairs.clear();
+                let out = engine.superstep(self.comm, self.g, &mut wrng, &mut pairs);
+                let global = self
+                    .comm
+                    .all_reduce_u64(&[engine.pending(), out.tokens], ReduceOp::Sum);
+                self.m.seconds.sample += t.secs();
+                self.m.tokens += out.tokens;
+                done += global[1] as f64;
+                let lr = self.lr_at(done / total);
+                self.train_step(&pairs, lr);
+                progress.tick(done / total, &self.m, lr);
+                if global[0] == 0 {
+                    break;
+                }
+            }
+        }
+    }
+
+    fn train_line(&mut self) {
+        let cfg = self.cfg;
+        let g = self.g;
+        // Every adjacency entry is a directed edge (an undirected edge appears once per side).
+        let weights: Vec<f64> = match &g.cum_weights {
+            None => vec![1.0; g.targets.len()],
+            Some(c) => (0..g.num_local())
+                .flat_map(|i| {
+                    let (a, b) = (g.offsets[i] as usize, g.offsets[i + 1] as usize);
+                    (a..b).map(move |j| f64::from(c[j] - if j == a { 0.0 } else { c[j - 1] }))
+                })
+                .collect(),
+        };
+        let mass: f64 = weights.iter().sum();
+        let table = AliasTable::new(&weights);
+        let total_mass = self.comm.all_reduce_f64(&[mass], ReduceOp::Sum)[0];
+        let n = self.comm.size() as f64;
+        let total_samples = cfg.line_samples * g.file_edges as f64 * f64::from(cfg.epochs);
+        let steps = (total_samples / (cfg.batch_size as f64 * n)).ceil().max(1.0) as u64;
+        let my_batch = cfg.batch_size as f64 * n * mass / total_mass.max(1e-300);
+        let mut rng = rng_for(cfg.seed, self.comm.rank(), 4);
+        let mut pairs = Vec::new();
+        let mut progress = Progress::new(self.comm.rank() == 0);
+        for s in 0..steps {
+            let t = Timer::start();
+            pairs.clear();
+            if let Some(table) = &table {
+                let k = my_batch as u64 + u64::from(rng.random::<f64>() < my_batch.fract());
+                for _ in 0..k {
+                    let e = table.sample(&mut rng);
+                    let src = g.offsets.partition_point(|&o| o as usize <= e) - 1;
+                    pairs.push((g.part.global(g.rank, src), g.targets[e]));
+                }
+            }
+            self.m.seconds.sample += t.secs();
+            self.m.tokens += pairs.len() as u64;
+            let p = s as f64 / steps as f64;
+            let lr = self.lr_at(p);
+            self.train_step(&pairs, lr);
+            progress.tick(p, &self.m, lr);
+        }
+    }
+
+    /// One collective step over this rank's `pairs` (center, context).
+    pub fn train_step(&mut self, pairs: &[(NodeId, NodeId)], lr: f32) {
+        let cfg = self.cfg;
+        let (comm, g, dim, k) = (self.comm, self.g, cfg.dim, cfg.negatives as usize);
+        if self.step % NEG_REFRESH == 0 {
+            let t = Timer::start();
+            self.neg.refresh(comm, &mut self.rng);
+            self.m.seconds.sample += t.secs();
+        }
+        self.step += 1;
+
+        // Plan: unique rows of the batch, keyed (node, matrix).
+        let t = Timer::start();
+        let tm = self.target_matrix as u64;
+        let mut slots: FxHashMap<u64, u32> = FxHashMap::default();
+        let mut keys: Vec<u64> = Vec::new();
+        let mut slot = |key: u64| -> u32 {
+            *slots.entry(key).or_insert_with(|| {
+                keys.push(key);
+                (keys.len() - 1) as u32
+            })
+        };
+        let mut pidx = Vec::with_capacity(pairs.len());
+        let mut nidx = Vec::with_capacity(pairs.len() * k);
+        for &(c, x) in pairs {
+            pidx.push([slot(c << 1), slot((x << 1) | tm)]);
+            for _ in 0..k {
+                let n = if self.neg.is_empty() { x } else { self.neg.draw(&mut self.rng) };
+                nidx.push(if n == x { sgns::SKIP } else { slot((n << 1) | tm) });
+            }
+        }
+        self.m.seconds.sample += t.secs();
+
+        // Fetch: local rows directly, remote rows one-sidedly, grouped by matrix and owner.
+        let t = Timer::start();
+        let me = comm.rank();
+        let nslots = keys.len();
+        let mut rows = vec![0f32; nslots * dim];
+        let mut remote: Vec<Vec<Vec<(u32, u32)>>> = vec![vec![Vec::new(); comm.size()]; self.shards.len()];
+        let mut local: Vec<Vec<(u32, u32)>> = vec![Vec::new(); self.shards.len()];
+        for (s, &key) in keys.iter().enumerate() {
+            let (owner, row) = g.part.locate(key >> 1);
+            let m = (key & 1) as usize;
+            if owner == me {
+                local[m].push((s as u32, row as u32));
+            } else {
+                remote[m][owner].push((s as u32, row as u32));
+            }
+        }
+        for (m, shard) in self.shards.iter().enumerate() {
+            let rb = shard.row_bytes();
+            shard.window.with_local(|bytes| {
+                for &(s, r) in &local[m] {
+                    let (s, r) = (s as usize, r as usize);
+                    decode_row(shard.dtype, &bytes[r * rb..(r + 1) * rb], &mut rows[s * dim..(s + 1) * dim]);
+                }
+            });
+            self.m.local_rows += local[m].len() as u64;
+            let wanted: Vec<Vec<u32>> = remote[m]
+                .iter()
+                .map(|v| v.iter().map(|&(_, r)| r).collect())
+                .collect();
+            let requests: Vec<(usize, &[u32])> = wanted
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(o, v)| (o, v.as_slice()))
+                .collect();
+            let count: usize = requests.iter().map(|(_, v)| v.len()).sum();
+            if count == 0 {
+                continue;
+            }
+            let mut buf = vec![0u8; count * rb];
+            shard
+                .window
+                .get_rows(comm.watchdog(), &requests, rb, cfg.request_batch_size, &mut buf);
+            let mut i = 0;
+            for (o, _) in &requests {
+                for &(s, _) in &remote[m][*o] {
+                    let s = s as usize;
+                    decode_row(shard.dtype, &buf[i * rb..(i + 1) * rb], &mut rows[s * dim..(s + 1) * dim]);
+                    i += 1;
+                }
+            }
+            self.m.remote_rows += count as u64;
+            self.m.fetch_bytes += (count * rb) as u64;
+        }
+        self.m.seconds.fetch += t.secs();
+
+        // Compute: chunks of pairs on the pool, each into its own gradient buffer, then summed.
+        let t = Timer::start();
+        let threads = cfg.threads.max(1);
+        let chunk = pidx.len().div_ceil(threads).max(1);
+        let (grads, loss) = self.pool.install(|| {
+            pidx.par_chunks(chunk)
+                .zip(nidx.par_chunks(chunk * k.max(1)))
+                .map(|(p, n)| {
+                    let mut gr = vec![0f32; nslots * dim];
+                    let l = sgns::accumulate(&rows, dim, p, if k == 0 { &[] } else { n }, k, &mut gr);
+                    (gr, l)
+                })
+                .reduce(
+                    || (vec![0f32; nslots * dim], 0.0),
+                    |(mut a, la), (b, lb)| {
+                        a.par_iter_mut().zip(b.par_iter()).for_each(|(x, y)| *x += y);
+                        (a, la + lb)
+                    },
+                )
+        });
+        if !loss.is_finite() {
+            let bad = (0..nslots)
+                .find(|&s| grads[s * dim..(s + 1) * dim].iter().any(|x| !x.is_finite()))
+                .map(|s| keys[s] >> 1);
+            fatal(
+                comm,
+                Some(self.step),
+                &format!(
+                    "non-finite loss (first non-finite gradient at node {bad:?}); lower --lr or use --optimizer adagrad"
+                ),
+            );
+        }
+        self.m.loss_sum += loss;
+        self.m.loss_terms += (pidx.len() * (1 + k)) as u64;
+        self.m.pairs += pidx.len() as u64;
+        self.m.seconds.compute += t.secs();
+
+        // Push: gradient rows to their owners in one exchange; local rows applied directly.
+        let t = Timer::start();
+        let mut send = vec![Vec::new(); comm.size()];
+        let mut mine: Vec<Vec<u32>> = vec![Vec::new(); self.shards.len()];
+        let mut mine_g: Vec<Vec<f32>> = vec![Vec::new(); self.shards.len()];
+        for (s, &key) in keys.iter().enumerate() {
+            let (owner, row) = g.part.locate(key >> 1);
+            let m = (key & 1) as usize;
+            let gr = &grads[s * dim..(s + 1) * dim];
+            if owner == me {
+                mine[m].push(row as u32);
+                mine_g[m].extend_from_slice(gr);
+            } else {
+                let b = &mut send[owner];
+                b.extend_from_slice(&((row as u32) | ((m as u32) << 31)).to_le_bytes());
+                for x in gr {
+                    b.extend_from_slice(&x.to_le_bytes());
+                }
+            }
+        }
+        self.m.push_bytes_sent += send.iter().map(|b| b.len() as u64).sum::<u64>();
+        let recv = comm.all_to_all_v(send);
+        self.m.push_bytes_received += recv.iter().map(|b| b.len() as u64).sum::<u64>();
+        self.m.seconds.push += t.secs();
+
+        let t = Timer::start();
+        let rec = 4 + 4 * dim;
+        for b in &recv {
+            for r in b.chunks_exact(rec) {
+                let head = u32::from_le_bytes(r[..4].try_into().expect("4 bytes"));
+                let m = (head >> 31) as usize;
+                let row = head & 0x7fff_ffff;
+                if m >= self.shards.len() || row as usize >= self.shards[m].rows {
+                    fatal(comm, Some(self.step), &"received a gradient for a row this rank does not own");
+                }
+                mine[m].push(row);
+                mine_g[m].extend(r[4..].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))));
+            }
+        }
+        for (m, shard) in self.shards.iter_mut().enumerate() {
+            shard.apply(&self.opt, lr, &mine[m], &mine_g[m]);
+        }
+        self.m.seconds.apply += t.secs();
+        self.m.steps += 1;
+    }
+}
+
+/// A progress line on rank 0 every few seconds (stderr).
+struct Progress {
+    on: bool,
+    start: Instant,
+    last: Instant,
+}
+
+impl Progress {
+    fn new(on: bool) -> Self {
+        Progress {
+            on,
+            start: Instant::now(),
+            last: Instant::now(),
+        }
+    }
+
+    fn tick(&mut self, frac: f64, m: &RankMetrics, lr: f32) {
+        if !self.on || self.last.elapsed() < Duration::from_secs(5) {
+            return;
+        }
+        self.last = Instant::now();
+        let secs = self.start.elapsed().as_secs_f64();
+        eprintln!(
+            "graphscale: {:5.1}%  step {}  rank-0 pairs/s {:.0}  loss {:.4}  lr {:.5}  {:.0}s",
+            100.0 * frac.min(1.0),
+            m.steps,
+            m.pairs as f64 / secs,
+            m.loss_sum / m.loss_terms.max(1) as f64,
+            lr,
+            secs
+        );
+    }
+}
