@@ -94,13 +94,16 @@ impl MpiComm {
                 let end = ((round + 1) * self.round_bytes).min(len);
                 (start, end)
             };
-            let mut sbuf = Vec::new();
+            // Never pass an empty u8 buffer: its dangling pointer is 0x1, which Open MPI reads as
+            // MPI_IN_PLACE. One spare byte keeps the pointer real; counts exclude it.
+            let mut sbuf = vec![0u8];
             let mut scounts = Vec::with_capacity(n);
             for b in &send {
                 let (s, e) = piece(b.len() as u64);
                 scounts.push((e - s) as c_int);
                 sbuf.extend_from_slice(&b[s as usize..e as usize]);
             }
+            let sbuf = &sbuf[1..];
             let rcounts: Vec<c_int> = recv_lens
                 .iter()
                 .map(|&l| {
@@ -111,9 +114,9 @@ impl MpiComm {
             let sdispls = displacements(&scounts);
             let rdispls = displacements(&rcounts);
             let total: usize = rcounts.iter().map(|&c| c as usize).sum();
-            let mut rbuf = vec![0u8; total];
+            let mut rbuf = vec![0u8; total + 1];
             {
-                let sp = Partition::new(&sbuf[..], &scounts[..], &sdispls[..]);
+                let sp = Partition::new(sbuf, &scounts[..], &sdispls[..]);
                 let mut rp = PartitionMut::new(&mut rbuf[..], &rcounts[..], &rdispls[..]);
                 self.world.all_to_all_varcount_into(&sp, &mut rp);
             }
