@@ -51,6 +51,30 @@ pub enum Command {
     Info(InfoCmd),
     /// Export embeddings to .npy or word2vec text
     Export(ExportCmd),
+    /// Evaluate embeddings
+    #[command(subcommand)]
+    Eval(EvalCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EvalCmd {
+    /// Node classification (DeepWalk protocol): one-vs-rest logistic regression, Micro/Macro-F1
+    Nodeclf {
+        #[arg(long)]
+        embeddings: PathBuf,
+        /// `node<TAB>label` lines (several lines per node for multi-label data)
+        #[arg(long)]
+        labels: PathBuf,
+        #[arg(long, value_delimiter = ',', default_value = "0.1,0.5,0.9")]
+        train_fractions: Vec<f64>,
+        #[arg(long, default_value_t = 10)]
+        repeats: usize,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Print {"results": {"0.1": {"micro_f1": ..}}} instead of a table
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args, Clone, Default)]

@@ -18,3 +18,4 @@ pub mod store;
 pub mod train;
 pub mod cli;
 pub mod export;
+pub mod eval;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use graphscale::cli::{Cli, Command, ConvertCmd, ExportCmd, GenerateCmd, InfoCmd, TrainCmd};
+use graphscale::cli::{Cli, Command, ConvertCmd, EvalCmd, ExportCmd, GenerateCmd, InfoCmd, TrainCmd};
 use graphscale::comm::{local, mpi::MpiComm, Comm};
 use graphscale::config::{RawTrain, TrainConfig};
 use graphscale::error::{Error, Result};
@@ -42,6 +42,7 @@ fn main() {
         Some(Command::Convert(c)) => serial(convert(&c)),
         Some(Command::Generate(g)) => serial(generate_cmd(&g)),
         Some(Command::Export(x)) => serial(export_cmd(&x)),
+        Some(Command::Eval(e)) => serial(eval_cmd(&e)),
         Some(Command::Info(ref i)) => spmd(&cli.global, |c| info(c, i)),
         Some(Command::Train(ref t)) => spmd(&cli.global, |c| train_cmd(c, t)),
         None => {
@@ -141,6 +142,40 @@ fn generate_cmd(g: &GenerateCmd) -> Result<()> {
             let edges = generate::shape_edges(*shape, *nodes);
             h5::write_edges(output, &edges, *nodes, false, false)?;
             println!("generated {shape:?}: {nodes} nodes, {} edges -> {}", edges.len(), output.display());
+        }
+    }
+    Ok(())
+}
+
+fn eval_cmd(e: &EvalCmd) -> Result<()> {
+    let EvalCmd::Nodeclf { embeddings, labels, train_fractions, repeats, seed, json } = e;
+    if *repeats == 0 {
+        return Err(Error::config("--repeats must be at least 1"));
+    }
+    if let Some(f) = train_fractions.iter().find(|f| !(**f > 0.0 && **f < 1.0)) {
+        return Err(Error::config(format!("--train-fractions: {f} is not in (0, 1)")));
+    }
+    let (rows, dim, data) = train::output::read_embeddings(embeddings)?;
+    let labels = graphscale::eval::read_labels(labels, rows)?;
+    let res = graphscale::eval::node_classification(&data, dim, &labels, train_fractions, *repeats, *seed)?;
+    if *json {
+        let map: serde_json::Map<String, serde_json::Value> = res
+            .iter()
+            .map(|(f, r)| (format!("{f}"), serde_json::to_value(r).expect("f1 serializes")))
+            .collect();
+        println!("{}", serde_json::json!({ "results": map }));
+    } else {
+        println!("node classification: {rows} nodes, {} labels, {repeats} repeats", labels.num_labels);
+        println!("train   Micro-F1          Macro-F1");
+        for (f, r) in &res {
+            println!(
+                "{:>4.0}%   {:5.2} +- {:4.2}    {:5.2} +- {:4.2}",
+                f * 100.0,
+                100.0 * r.micro_f1,
+                100.0 * r.micro_f1_std,
+                100.0 * r.macro_f1,
+                100.0 * r.macro_f1_std
+            );
         }
     }
     Ok(())

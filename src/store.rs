@@ -168,18 +168,17 @@ impl Shard {
         });
     }
 
-    /// Apply gradient rows: `grads[i*dim..]` is the gradient of local row `rows[i]`.
-    pub fn apply(&mut self, p: &OptParams, lr: f32, rows: &[u32], grads: &[f32]) {
+    /// Apply gradient rows: each update is (local row, its gradient).
+    pub fn apply<'g>(&mut self, p: &OptParams, lr: f32, updates: impl IntoIterator<Item = (u32, &'g [f32])>) {
         let (dtype, dim, rb, spr) = (self.dtype, self.dim, self.row_bytes(), self.state_per_row);
         let state = &mut self.state;
         self.window.with_local_mut(|bytes| {
             let mut w = vec![0f32; dim];
-            for (i, &r) in rows.iter().enumerate() {
+            for (r, g) in updates {
                 let r = r as usize;
                 let row = &mut bytes[r * rb..(r + 1) * rb];
                 decode_row(dtype, row, &mut w);
-                let st = &mut state[r * spr..(r + 1) * spr];
-                apply_update(p, lr, &mut w, &grads[i * dim..(i + 1) * dim], st);
+                apply_update(p, lr, &mut w, g, &mut state[r * spr..(r + 1) * spr]);
                 encode_row(dtype, &w, row);
             }
         });

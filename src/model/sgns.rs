@@ -92,3 +92,103 @@ mod tests {
         assert!(dot(&stepped[..4], &stepped[4..]) > dot(&rows[..4], &rows[4..]));
     }
 }
+
+/// The batch's gradients without per-thread copies: pass 1 computes every (pair, target)
+/// coefficient `sigmoid(score) - label` in parallel over pairs; a counting sort turns them into
+/// per-row incidence lists; pass 2 computes each row's gradient in parallel over rows (each row
+/// written by one task). Same result as [`accumulate`] up to summation order.
+/// Returns (grads laid out like `rows`, summed loss). Runs on the current rayon pool.
+pub fn batch_gradients(
+    rows: &[f32],
+    dim: usize,
+    pairs: &[[u32; 2]],
+    negs: &[u32],
+    k: usize,
+) -> (Vec<f32>, f64) {
+    use rayon::prelude::*;
+    let nslots = rows.len() / dim;
+    let t1 = 1 + k;
+    let row = |s: u32| &rows[s as usize * dim..(s as usize + 1) * dim];
+    let target = |p: usize, j: usize| if j == 0 { pairs[p][1] } else { negs[p * k + j - 1] };
+    let mut coef = vec![0f32; pairs.len() * t1];
+    let loss: f64 = coef
+        .par_chunks_mut(t1)
+        .enumerate()
+        .map(|(p, cf)| {
+            let vc = row(pairs[p][0]);
+            let mut loss = 0f64;
+            for (j, c) in cf.iter_mut().enumerate() {
+                let t = target(p, j);
+                if t == SKIP {
+                    continue;
+                }
+                let s = dot(row(t), vc).clamp(-MAX_SCORE, MAX_SCORE);
+                let label = if j == 0 { 1.0 } else { 0.0 };
+                loss += f64::from(if j == 0 { softplus_neg(s) } else { softplus_neg(-s) });
+                *c = sigmoid(s) - label;
+            }
+            loss
+        })
+        .sum();
+    // Incidences: row `c` gets coef * u_t for each target t; row `t` gets coef * v_c.
+    let mut start = vec![0u32; nslots + 1];
+    for (p, &[c, _]) in pairs.iter().enumerate() {
+        for j in 0..t1 {
+            let t = target(p, j);
+            if t != SKIP {
+                start[c as usize + 1] += 1;
+                start[t as usize + 1] += 1;
+            }
+        }
+    }
+    for s in 0..nslots {
+        start[s + 1] += start[s];
+    }
+    let mut fill = start.clone();
+    let mut inc = vec![(0u32, 0f32); start[nslots] as usize];
+    for (p, &[c, _]) in pairs.iter().enumerate() {
+        for j in 0..t1 {
+            let t = target(p, j);
+            if t != SKIP {
+                let cf = coef[p * t1 + j];
+                inc[fill[c as usize] as usize] = (t, cf);
+                fill[c as usize] += 1;
+                inc[fill[t as usize] as usize] = (c, cf);
+                fill[t as usize] += 1;
+            }
+        }
+    }
+    let mut grads = vec![0f32; rows.len()];
+    grads.par_chunks_mut(dim).enumerate().for_each(|(s, g)| {
+        for &(o, cf) in &inc[start[s] as usize..start[s + 1] as usize] {
+            axpy(cf, row(o), g);
+        }
+    });
+    (grads, loss)
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use super::*;
+    use rand::RngExt;
+
+    #[test]
+    fn batch_gradients_equal_the_sequential_kernel() {
+        let (dim, nslots, k) = (16, 50, 3);
+        let mut rng = crate::sample::rng_for(9, 0, 0);
+        let rows: Vec<f32> = (0..nslots * dim).map(|_| rng.random_range(-0.5f32..0.5)).collect();
+        let pairs: Vec<[u32; 2]> = (0..400)
+            .map(|_| [rng.random_range(0..nslots as u32), rng.random_range(0..nslots as u32)])
+            .collect();
+        let negs: Vec<u32> = (0..400 * k)
+            .map(|i| if i % 7 == 0 { SKIP } else { rng.random_range(0..nslots as u32) })
+            .collect();
+        let mut want = vec![0f32; rows.len()];
+        let l1 = accumulate(&rows, dim, &pairs, &negs, k, &mut want);
+        let (got, l2) = batch_gradients(&rows, dim, &pairs, &negs, k);
+        assert!((l1 - l2).abs() < 1e-6 * l1.abs().max(1.0), "{l1} vs {l2}");
+        for (a, b) in want.iter().zip(&got) {
+            assert!((a - b).abs() < 1e-4, "{a} vs {b}");
+        }
+    }
+}

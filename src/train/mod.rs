@@ -10,7 +10,6 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use rand::RngExt;
-use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
 use crate::comm::{Comm, ReduceOp};
@@ -52,6 +51,10 @@ pub struct Trainer<'a> {
     target_matrix: usize,
     pub m: RankMetrics,
     step: u64,
+    /// Per matrix and local row: (step stamp, batch slot) for deduplicating local rows.
+    local_slot: Vec<Vec<(u64, u32)>>,
+    remote_slot: FxHashMap<u64, u32>,
+    stamp: u64,
 }
 
 /// Collective: load the graph, allocate storage, train, write the output.
@@ -162,6 +165,9 @@ impl<'a> Trainer<'a> {
                 ..Default::default()
             },
             step: 0,
+            local_slot: vec![vec![(0, 0); rows]; 2],
+            remote_slot: FxHashMap::default(),
+            stamp: 0,
         })
     }
 
@@ -272,13 +278,29 @@ impl<'a> Trainer<'a> {
         // Plan: unique rows of the batch, keyed (node, matrix).
         let t = Timer::start();
         let tm = self.target_matrix as u64;
-        let mut slots: FxHashMap<u64, u32> = FxHashMap::default();
+        let me = comm.rank();
+        self.stamp += 1;
+        let stamp = self.stamp;
+        let part = &g.part;
+        let (local_slot, remote_slot) = (&mut self.local_slot, &mut self.remote_slot);
+        remote_slot.clear();
         let mut keys: Vec<u64> = Vec::new();
+        // Local rows are found through a stamped array (no hashing); remote rows through a map.
         let mut slot = |key: u64| -> u32 {
-            *slots.entry(key).or_insert_with(|| {
-                keys.push(key);
-                (keys.len() - 1) as u32
-            })
+            let (owner, row) = part.locate(key >> 1);
+            if owner == me {
+                let e = &mut local_slot[(key & 1) as usize][row];
+                if e.0 != stamp {
+                    *e = (stamp, keys.len() as u32);
+                    keys.push(key);
+                }
+                e.1
+            } else {
+                *remote_slot.entry(key).or_insert_with(|| {
+                    keys.push(key);
+                    (keys.len() - 1) as u32
+                })
+            }
         };
         let mut pidx = Vec::with_capacity(pairs.len());
         let mut nidx = Vec::with_capacity(pairs.len() * k);
@@ -293,7 +315,6 @@ impl<'a> Trainer<'a> {
 
         // Fetch: local rows directly, remote rows one-sidedly, grouped by matrix and owner.
         let t = Timer::start();
-        let me = comm.rank();
         let nslots = keys.len();
         let mut rows = vec![0f32; nslots * dim];
         let mut remote: Vec<Vec<Vec<(u32, u32)>>> = vec![vec![Vec::new(); comm.size()]; self.shards.len()];
@@ -349,24 +370,9 @@ impl<'a> Trainer<'a> {
 
         // Compute: chunks of pairs on the pool, each into its own gradient buffer, then summed.
         let t = Timer::start();
-        let threads = cfg.threads.max(1);
-        let chunk = pidx.len().div_ceil(threads).max(1);
-        let (grads, loss) = self.pool.install(|| {
-            pidx.par_chunks(chunk)
-                .zip(nidx.par_chunks(chunk * k.max(1)))
-                .map(|(p, n)| {
-                    let mut gr = vec![0f32; nslots * dim];
-                    let l = sgns::accumulate(&rows, dim, p, if k == 0 { &[] } else { n }, k, &mut gr);
-                    (gr, l)
-                })
-                .reduce(
-                    || (vec![0f32; nslots * dim], 0.0),
-                    |(mut a, la), (b, lb)| {
-                        a.par_iter_mut().zip(b.par_iter()).for_each(|(x, y)| *x += y);
-                        (a, la + lb)
-                    },
-                )
-        });
+        let (grads, loss) = self
+            .pool
+            .install(|| sgns::batch_gradients(&rows, dim, &pidx, &nidx, k));
         if !loss.is_finite() {
             let bad = (0..nslots)
                 .find(|&s| grads[s * dim..(s + 1) * dim].iter().any(|x| !x.is_finite()))
@@ -387,19 +393,16 @@ impl<'a> Trainer<'a> {
         // Push: gradient rows to their owners in one exchange; local rows applied directly.
         let t = Timer::start();
         let mut send = vec![Vec::new(); comm.size()];
-        let mut mine: Vec<Vec<u32>> = vec![Vec::new(); self.shards.len()];
-        let mut mine_g: Vec<Vec<f32>> = vec![Vec::new(); self.shards.len()];
+        let mut mine: Vec<Vec<(u32, u32)>> = vec![Vec::new(); self.shards.len()];
         for (s, &key) in keys.iter().enumerate() {
             let (owner, row) = g.part.locate(key >> 1);
             let m = (key & 1) as usize;
-            let gr = &grads[s * dim..(s + 1) * dim];
             if owner == me {
-                mine[m].push(row as u32);
-                mine_g[m].extend_from_slice(gr);
+                mine[m].push((row as u32, s as u32));
             } else {
                 let b = &mut send[owner];
                 b.extend_from_slice(&((row as u32) | ((m as u32) << 31)).to_le_bytes());
-                for x in gr {
+                for x in &grads[s * dim..(s + 1) * dim] {
                     b.extend_from_slice(&x.to_le_bytes());
                 }
             }
@@ -410,21 +413,30 @@ impl<'a> Trainer<'a> {
         self.m.seconds.push += t.secs();
 
         let t = Timer::start();
+        for (m, shard) in self.shards.iter_mut().enumerate() {
+            let grads = &grads;
+            shard.apply(
+                &self.opt,
+                lr,
+                mine[m].iter().map(|&(r, s)| (r, &grads[s as usize * dim..(s as usize + 1) * dim])),
+            );
+        }
+        // Received rows: [row | matrix << 31][dim x f32], in rank order (deterministic).
         let rec = 4 + 4 * dim;
+        let mut theirs: Vec<(Vec<u32>, Vec<f32>)> = vec![(Vec::new(), Vec::new()); self.shards.len()];
         for b in &recv {
             for r in b.chunks_exact(rec) {
                 let head = u32::from_le_bytes(r[..4].try_into().expect("4 bytes"));
-                let m = (head >> 31) as usize;
-                let row = head & 0x7fff_ffff;
+                let (m, row) = ((head >> 31) as usize, head & 0x7fff_ffff);
                 if m >= self.shards.len() || row as usize >= self.shards[m].rows {
                     fatal(comm, Some(self.step), &"received a gradient for a row this rank does not own");
                 }
-                mine[m].push(row);
-                mine_g[m].extend(r[4..].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))));
+                theirs[m].0.push(row);
+                theirs[m].1.extend(r[4..].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))));
             }
         }
-        for (m, shard) in self.shards.iter_mut().enumerate() {
-            shard.apply(&self.opt, lr, &mine[m], &mine_g[m]);
+        for (m, (rows, gs)) in theirs.iter().enumerate() {
+            self.shards[m].apply(&self.opt, lr, rows.iter().copied().zip(gs.chunks_exact(dim)));
         }
         self.m.seconds.apply += t.secs();
         self.m.steps += 1;
