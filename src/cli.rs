@@ -54,6 +54,23 @@ pub enum Command {
     /// Evaluate embeddings
     #[command(subcommand)]
     Eval(EvalCmd),
+    /// Transport self-tests used by the test suite (hidden)
+    #[command(hide = true)]
+    Selftest(SelftestCmd),
+}
+
+#[derive(Debug, Args)]
+pub struct SelftestCmd {
+    /// rma: poison-and-verify one-sided fetches; hang or panic: make one rank fail
+    #[arg(value_parser = ["rma", "hang", "panic"])]
+    pub mode: String,
+    /// The rank that fails (hang, panic)
+    #[arg(long, default_value_t = 1)]
+    pub fail_rank: usize,
+    #[arg(long, default_value_t = 1000)]
+    pub rows: usize,
+    #[arg(long, default_value_t = 20)]
+    pub rounds: usize,
 }
 
 #[derive(Debug, Subcommand)]

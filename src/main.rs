@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use graphscale::cli::{Cli, Command, ConvertCmd, EvalCmd, ExportCmd, GenerateCmd, InfoCmd, TrainCmd};
+use graphscale::cli::{
+    Cli, Command, ConvertCmd, EvalCmd, ExportCmd, GenerateCmd, InfoCmd, SelftestCmd, TrainCmd,
+};
 use graphscale::comm::{local, mpi::MpiComm, Comm};
 use graphscale::config::{RawTrain, TrainConfig};
 use graphscale::error::{Error, Result};
@@ -22,6 +24,12 @@ fn launcher_rank() -> Option<usize> {
 }
 
 fn main() {
+    // Inputs are read by many ranks at once and often live on parallel file systems where
+    // flock() is slow or unsupported; graphscale never writes a file another rank reads
+    // concurrently, so HDF5's advisory locking only gets in the way.
+    if std::env::var_os("HDF5_USE_FILE_LOCKING").is_none() {
+        std::env::set_var("HDF5_USE_FILE_LOCKING", "FALSE");
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -44,6 +52,7 @@ fn main() {
         Some(Command::Export(x)) => serial(export_cmd(&x)),
         Some(Command::Eval(e)) => serial(eval_cmd(&e)),
         Some(Command::Info(ref i)) => spmd(&cli.global, |c| info(c, i)),
+        Some(Command::Selftest(ref s)) => spmd(&cli.global, |c| selftest(c, s)),
         Some(Command::Train(ref t)) => spmd(&cli.global, |c| train_cmd(c, t)),
         None => {
             if cli.train.raw.graph.is_none() && cli.train.config.is_none() {
@@ -235,4 +244,36 @@ fn train_cmd(comm: &Comm, t: &TrainCmd) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Transport checks run by the tests under real mpirun.
+fn selftest(comm: &Comm, s: &SelftestCmd) -> Result<()> {
+    match s.mode.as_str() {
+        "hang" => {
+            if comm.rank() == s.fail_rank {
+                eprintln!("graphscale: selftest: rank {} stops responding", comm.rank());
+                loop {
+                    std::thread::sleep(Duration::from_secs(3600));
+                }
+            }
+            comm.barrier();
+            Ok(())
+        }
+        "panic" => {
+            comm.barrier();
+            if comm.rank() == s.fail_rank {
+                panic!("selftest: injected panic");
+            }
+            comm.barrier();
+            Ok(())
+        }
+        _ => {
+            let checked = graphscale::comm::selftest_rma(comm, s.rows, s.rounds);
+            let total = comm.sum_u64(checked?);
+            if comm.rank() == 0 {
+                println!("rma selftest: {total} fetched rows verified on {} ranks", comm.size());
+            }
+            Ok(())
+        }
+    }
 }

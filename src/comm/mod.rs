@@ -313,3 +313,54 @@ impl Drop for Watchdog {
         self.inner.stop.store(true, Ordering::Release);
     }
 }
+
+/// Poison-and-verify: every rank fills its rows with a pattern of (rank, row), then fetches
+/// random rows of every rank into a buffer poisoned with 0xFF and checks every byte. Collective.
+/// Returns the number of rows this rank verified.
+pub fn selftest_rma(comm: &Comm, rows: usize, rounds: usize) -> crate::Result<u64> {
+    use rand::RngExt;
+    const DIM: usize = 16;
+    let row_bytes = DIM * 4;
+    let pattern = |rank: usize, row: usize, j: usize| (rank * 1_000_003 + row * 31 + j) as f32;
+    let mut w = comm.window(rows * row_bytes);
+    let me = comm.rank();
+    w.with_local_mut(|b| {
+        for r in 0..rows {
+            for j in 0..DIM {
+                let o = (r * DIM + j) * 4;
+                b[o..o + 4].copy_from_slice(&pattern(me, r, j).to_le_bytes());
+            }
+        }
+    });
+    comm.barrier();
+    let mut rng = crate::sample::rng_for(7, me, 99);
+    let mut verified = 0u64;
+    for _ in 0..rounds {
+        let wanted: Vec<Vec<u32>> = (0..comm.size())
+            .map(|_| (0..rows.min(257)).map(|_| rng.random_range(0..rows as u32)).collect())
+            .collect();
+        let requests: Vec<(usize, &[u32])> = wanted.iter().enumerate().map(|(o, v)| (o, v.as_slice())).collect();
+        let total: usize = wanted.iter().map(Vec::len).sum();
+        let mut out = vec![0xFFu8; total * row_bytes];
+        w.get_rows(comm.watchdog(), &requests, row_bytes, 64, &mut out);
+        let mut i = 0;
+        for (owner, rs) in &requests {
+            for &r in *rs {
+                for j in 0..DIM {
+                    let o = (i * DIM + j) * 4;
+                    let got = f32::from_le_bytes(out[o..o + 4].try_into().expect("4 bytes"));
+                    if got.to_bits() != pattern(*owner, r as usize, j).to_bits() {
+                        return Err(crate::Error::Mismatch(format!(
+                            "rank {me}: row {r} of rank {owner}, value {j}: fetched {got}, expected {}",
+                            pattern(*owner, r as usize, j)
+                        )));
+                    }
+                }
+                i += 1;
+                verified += 1;
+            }
+        }
+    }
+    comm.barrier();
+    Ok(verified)
+}

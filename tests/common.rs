@@ -1,0 +1,78 @@
+//! Helpers shared by the integration tests: run the binary (alone or under mpirun) with a hard
+//! timeout, and make small graphs.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_graphscale");
+
+pub struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Out {
+    pub fn all(&self) -> String {
+        format!("{}\n{}", self.stdout, self.stderr)
+    }
+}
+
+fn finish(mut c: Command) -> Out {
+    let o = c.output().expect("run command");
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+/// Run the binary without MPI, killed after `secs`.
+pub fn run(secs: u32, args: &[&str]) -> Out {
+    let mut c = Command::new("timeout");
+    c.args(["-k", "5", &secs.to_string(), BIN]).args(args);
+    for k in ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"] {
+        c.env_remove(k);
+    }
+    finish(c)
+}
+
+/// Run the binary under `mpirun --oversubscribe -n ranks`, killed after `secs`.
+/// `timeout` exits 124 when it had to kill the job: tests assert on the code, so a hang fails.
+pub fn mpirun(ranks: usize, secs: u32, args: &[&str]) -> Out {
+    let mut c = Command::new("timeout");
+    c.args(["-k", "5", &secs.to_string(), "mpirun", "--oversubscribe", "-n", &ranks.to_string(), BIN])
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_mpi_yield_when_idle", "1");
+    finish(c)
+}
+
+pub fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
+
+pub fn p(dir: &Path, name: &str) -> PathBuf {
+    dir.join(name)
+}
+
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// A planted-partition graph and its labels in `dir`.
+pub fn sbm(dir: &Path, nodes: u64, blocks: u64) -> (PathBuf, PathBuf) {
+    let g = p(dir, "sbm.h5");
+    let l = p(dir, "labels.tsv");
+    let o = run(
+        60,
+        &[
+            "generate", "sbm", "--nodes", &nodes.to_string(), "--blocks", &blocks.to_string(),
+            "--avg-degree", "10", "--mix", "0.1", "--seed", "3", "-o", s(&g), "--labels", s(&l),
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.all());
+    (g, l)
+}
