@@ -75,7 +75,7 @@ fn a_rank_that_stops_or_panics_ends_the_job() {
 fn train_and_score(ranks: usize, g: &std::path::Path, l: &std::path::Path, dir: &std::path::Path, extra: &[&str]) -> f64 {
     let emb = p(dir, &format!("emb{ranks}.h5"));
     let mut args = vec![
-        "--graph", s(g), "--walks-per-node", "4", "--walk-length", "20", "--window", "5", "--dim", "32",
+        "--graph", s(g), "--walks-per-node", "5", "--walk-length", "20", "--window", "10", "--dim", "32",
         "--threads", "1", "-o", s(&emb), "--comm-timeout", "60",
     ];
     args.extend_from_slice(extra);
@@ -104,7 +104,7 @@ fn node2vec_line_and_reduced_precision_train_under_mpi() {
     let (g, l) = sbm(d.path(), 1200, 4);
     let cases: [&[&str]; 4] = [
         &["--model", "node2vec", "--p", "0.5", "--q", "2"],
-        &["--model", "line", "--order", "2", "--line-samples", "30"],
+        &["--model", "line", "--order", "2", "--line-samples", "100", "--batch-size", "1024", "--lr", "0.05"],
         &["--dtype", "f16", "--optimizer", "adagrad", "--lr", "0.05"],
         &["--dtype", "bf16", "--partition", "block"],
     ];

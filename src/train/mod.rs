@@ -188,7 +188,11 @@ impl<'a> Trainer<'a> {
             window: cfg.window,
             walks_per_node: cfg.walks_per_node,
             node2vec: (cfg.model == Model::Node2vec).then_some((cfg.p, cfg.q)),
-            in_flight: (cfg.batch_size / (cfg.window as usize + 1)).max(1),
+            // A walker emits about window + 1 pairs per step. At most 1/16 of a rank's walks are
+            // in flight, so that small graphs still get many optimizer steps.
+            in_flight: (cfg.batch_size / (cfg.window as usize + 1))
+                .min((self.g.num_local() * cfg.walks_per_node as usize).div_ceil(16))
+                .max(1),
         };
         let mut wrng = rng_for(cfg.seed, self.comm.rank(), 3);
         let mut engine = WalkEngine::new(self.comm, self.g, params, cfg.subsample, &mut wrng);
