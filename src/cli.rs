@@ -38,6 +38,8 @@ pub struct Global {
     pub verbose: u8,
 }
 
+// Parsed once per run: the size difference between variants does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Train embeddings (the default when no subcommand is given)

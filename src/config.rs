@@ -259,9 +259,32 @@ impl RawTrain {
             ($($f:ident),*) => { RawTrain { $($f: flags.$f.or(self.$f)),* } };
         }
         pick!(
-            graph, output, model, dim, dtype, optimizer, momentum, lr, warmup, walks_per_node,
-            walk_length, window, negatives, epochs, p, q, order, line_samples, subsample,
-            batch_size, request_batch_size, threads, max_staleness, seed, partition, max_memory,
+            graph,
+            output,
+            model,
+            dim,
+            dtype,
+            optimizer,
+            momentum,
+            lr,
+            warmup,
+            walks_per_node,
+            walk_length,
+            window,
+            negatives,
+            epochs,
+            p,
+            q,
+            order,
+            line_samples,
+            subsample,
+            batch_size,
+            request_batch_size,
+            threads,
+            max_staleness,
+            seed,
+            partition,
+            max_memory,
             metrics
         )
     }
@@ -301,11 +324,15 @@ pub struct TrainConfig {
 
 /// Ranks of this job on this node, from the launcher's environment (1 when unknown).
 pub fn ranks_on_this_node() -> usize {
-    ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok()?.parse::<usize>().ok())
-        .unwrap_or(1)
-        .max(1)
+    [
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "MPI_LOCALNRANKS",
+        "SLURM_NTASKS_PER_NODE",
+    ]
+    .iter()
+    .find_map(|k| std::env::var(k).ok()?.parse::<usize>().ok())
+    .unwrap_or(1)
+    .max(1)
 }
 
 /// Parse sizes like `512M`, `8G`, `1.5T` or plain bytes.
@@ -365,14 +392,23 @@ impl TrainConfig {
             subsample: r.subsample.unwrap_or(1e-3),
             batch_size: r.batch_size.unwrap_or(16384),
             request_batch_size: r.request_batch_size.unwrap_or(4096),
-            threads: r.threads.unwrap_or_else(|| (cores / ranks_on_this_node()).max(1)),
+            threads: r
+                .threads
+                .unwrap_or_else(|| (cores / ranks_on_this_node()).max(1)),
             max_staleness: r.max_staleness.unwrap_or(0),
             seed: r.seed.unwrap_or(0),
             partition: match r.partition {
                 None => Scheme::Striped,
-                Some(s) => s.parse().map_err(|m: String| Error::config(format!("--partition: {m}")))?,
+                Some(s) => s
+                    .parse()
+                    .map_err(|m: String| Error::config(format!("--partition: {m}")))?,
             },
-            max_memory: r.max_memory.as_deref().map(parse_bytes).transpose().map_err(Error::config)?,
+            max_memory: r
+                .max_memory
+                .as_deref()
+                .map(parse_bytes)
+                .transpose()
+                .map_err(Error::config)?,
         };
         c.check()?;
         Ok(c)
@@ -387,14 +423,26 @@ impl TrainConfig {
         };
         need(self.dim > 0, "--dim must be at least 1");
         need(self.dim <= 65536, "--dim must be at most 65536");
-        need(self.lr.is_finite() && self.lr > 0.0, "--lr must be a positive number");
-        need((0.0..1.0).contains(&self.warmup), "--warmup must be in [0, 1)");
+        need(
+            self.lr.is_finite() && self.lr > 0.0,
+            "--lr must be a positive number",
+        );
+        need(
+            (0.0..1.0).contains(&self.warmup),
+            "--warmup must be in [0, 1)",
+        );
         need(self.epochs > 0, "--epochs must be at least 1");
         need(self.negatives <= 1000, "--negatives must be at most 1000");
         need(self.batch_size > 0, "--batch-size must be at least 1");
-        need(self.request_batch_size > 0, "--request-batch-size must be at least 1");
+        need(
+            self.request_batch_size > 0,
+            "--request-batch-size must be at least 1",
+        );
         need(self.threads > 0, "--threads must be at least 1");
-        need((0.0..1.0).contains(&self.momentum), "--momentum must be in [0, 1)");
+        need(
+            (0.0..1.0).contains(&self.momentum),
+            "--momentum must be in [0, 1)",
+        );
         need(
             self.subsample.is_finite() && self.subsample >= 0.0,
             "--subsample must be >= 0 (0 disables)",
@@ -404,10 +452,16 @@ impl TrainConfig {
                 need(self.window > 0, "--window must be at least 1");
                 need(self.window <= 64, "--window must be at most 64");
                 need(self.walk_length >= 2, "--walk-length must be at least 2");
-                need(self.walks_per_node > 0, "--walks-per-node must be at least 1");
+                need(
+                    self.walks_per_node > 0,
+                    "--walks-per-node must be at least 1",
+                );
             }
             Model::Line => {
-                need(self.order == 1 || self.order == 2, "--order must be 1 or 2 (LINE)");
+                need(
+                    self.order == 1 || self.order == 2,
+                    "--order must be 1 or 2 (LINE)",
+                );
                 need(
                     self.line_samples.is_finite() && self.line_samples > 0.0,
                     "--line-samples must be positive",
@@ -440,7 +494,11 @@ impl TrainConfig {
     /// Bytes this rank will allocate for `rows` rows: two matrices (vertex and context; LINE
     /// first order uses one) in the storage dtype plus f32 optimizer state for each.
     pub fn memory_estimate(&self, rows: u64) -> u64 {
-        let matrices = if self.model == Model::Line && self.order == 1 { 1 } else { 2 };
+        let matrices = if self.model == Model::Line && self.order == 1 {
+            1
+        } else {
+            2
+        };
         let per_row = self.dim as u64 * self.dtype.size() as u64
             + 4 * self.optimizer.state_per_row(self.dim) as u64;
         matrices * rows * per_row
@@ -473,7 +531,10 @@ mod tests {
             ..raw()
         };
         let c = TrainConfig::from_raw(file.overridden_by(flags)).unwrap();
-        assert_eq!((c.dim, c.dtype, c.model, c.lr), (32, Dtype::F16, Model::Line, 0.01));
+        assert_eq!(
+            (c.dim, c.dtype, c.model, c.lr),
+            (32, Dtype::F16, Model::Line, 0.01)
+        );
     }
 
     #[test]
@@ -485,14 +546,64 @@ mod tests {
     #[test]
     fn bad_values_name_their_flags() {
         let cases: Vec<(RawTrain, &str)> = vec![
-            (RawTrain { dim: Some(0), ..raw() }, "--dim"),
-            (RawTrain { window: Some(0), ..raw() }, "--window"),
-            (RawTrain { lr: Some(-0.1), ..raw() }, "--lr"),
-            (RawTrain { model: Some(Model::Node2vec), p: Some(0.0), ..raw() }, "--p and --q"),
-            (RawTrain { p: Some(2.0), ..raw() }, "only apply to --model node2vec"),
-            (RawTrain { model: Some(Model::Line), order: Some(3), ..raw() }, "--order"),
-            (RawTrain { max_memory: Some("lots".into()), ..raw() }, "--max-memory"),
-            (RawTrain { graph: None, ..raw() }, "--graph is required"),
+            (
+                RawTrain {
+                    dim: Some(0),
+                    ..raw()
+                },
+                "--dim",
+            ),
+            (
+                RawTrain {
+                    window: Some(0),
+                    ..raw()
+                },
+                "--window",
+            ),
+            (
+                RawTrain {
+                    lr: Some(-0.1),
+                    ..raw()
+                },
+                "--lr",
+            ),
+            (
+                RawTrain {
+                    model: Some(Model::Node2vec),
+                    p: Some(0.0),
+                    ..raw()
+                },
+                "--p and --q",
+            ),
+            (
+                RawTrain {
+                    p: Some(2.0),
+                    ..raw()
+                },
+                "only apply to --model node2vec",
+            ),
+            (
+                RawTrain {
+                    model: Some(Model::Line),
+                    order: Some(3),
+                    ..raw()
+                },
+                "--order",
+            ),
+            (
+                RawTrain {
+                    max_memory: Some("lots".into()),
+                    ..raw()
+                },
+                "--max-memory",
+            ),
+            (
+                RawTrain {
+                    graph: None,
+                    ..raw()
+                },
+                "--graph is required",
+            ),
         ];
         for (r, want) in cases {
             let e = TrainConfig::from_raw(r).unwrap_err().to_string();

@@ -48,7 +48,10 @@ pub fn read_labels(path: &Path, num_nodes: usize) -> Result<Labels> {
         raw.push((node, l.to_string()));
     }
     if raw.is_empty() {
-        return Err(Error::bad_input(path, "no labels found (empty file or only comments)"));
+        return Err(Error::bad_input(
+            path,
+            "no labels found (empty file or only comments)",
+        ));
     }
     for (_, l) in &raw {
         let next = ids.len() as u32;
@@ -82,7 +85,12 @@ pub fn fit_binary(x: &[f32], d: usize, y: &[f32], c: f64) -> Vec<f64> {
     let xd = d + 1;
     let row = |i: usize| &x[i * d..(i + 1) * d];
     let margin = |w: &[f64], i: usize| -> f64 {
-        row(i).iter().zip(w).map(|(&a, &b)| f64::from(a) * b).sum::<f64>() + w[d]
+        row(i)
+            .iter()
+            .zip(w)
+            .map(|(&a, &b)| f64::from(a) * b)
+            .sum::<f64>()
+            + w[d]
     };
     let objective = |w: &[f64]| -> f64 {
         let reg = 0.5 * w.iter().map(|v| v * v).sum::<f64>();
@@ -103,10 +111,10 @@ pub fn fit_binary(x: &[f32], d: usize, y: &[f32], c: f64) -> Vec<f64> {
     for _newton in 0..50 {
         let mut g = w.clone();
         let mut dvec = vec![0f64; n];
-        for i in 0..n {
+        for (i, di) in dvec.iter_mut().enumerate() {
             let yi = f64::from(y[i]);
             let s = 1.0 / (1.0 + (-yi * margin(&w, i)).exp());
-            dvec[i] = s * (1.0 - s);
+            *di = s * (1.0 - s);
             let coef = c * (s - 1.0) * yi;
             for (gj, &xj) in g.iter_mut().zip(row(i)) {
                 *gj += coef * f64::from(xj);
@@ -121,9 +129,14 @@ pub fn fit_binary(x: &[f32], d: usize, y: &[f32], c: f64) -> Vec<f64> {
         // CG on H s = -g, H v = v + C X^T D X v.
         let hv = |v: &[f64]| -> Vec<f64> {
             let mut out = v.to_vec();
-            for i in 0..n {
-                let xv = row(i).iter().zip(v).map(|(&a, &b)| f64::from(a) * b).sum::<f64>() + v[d];
-                let k = c * dvec[i] * xv;
+            for (i, di) in dvec.iter().enumerate() {
+                let xv = row(i)
+                    .iter()
+                    .zip(v)
+                    .map(|(&a, &b)| f64::from(a) * b)
+                    .sum::<f64>()
+                    + v[d];
+                let k = c * di * xv;
                 for (o, &xj) in out.iter_mut().zip(row(i)) {
                     *o += k * f64::from(xj);
                 }
@@ -169,7 +182,11 @@ pub fn fit_binary(x: &[f32], d: usize, y: &[f32], c: f64) -> Vec<f64> {
 
 /// Micro/Macro-F1 of top-k predictions (k = true label count) for one split.
 fn f1_of(scores: &[Vec<f64>], truth: &[&Vec<u32>], num_labels: usize) -> (f64, f64) {
-    let (mut tp, mut fp, mut fne) = (vec![0u64; num_labels], vec![0u64; num_labels], vec![0u64; num_labels]);
+    let (mut tp, mut fp, mut fne) = (
+        vec![0u64; num_labels],
+        vec![0u64; num_labels],
+        vec![0u64; num_labels],
+    );
     for (s, t) in scores.iter().zip(truth) {
         let mut order: Vec<usize> = (0..num_labels).collect();
         order.sort_by(|&a, &b| s[b].total_cmp(&s[a]));
@@ -196,7 +213,10 @@ fn f1_of(scores: &[Vec<f64>], truth: &[&Vec<u32>], num_labels: usize) -> (f64, f
         }
     };
     let micro = f1(tp.iter().sum(), fp.iter().sum(), fne.iter().sum());
-    let macro_ = (0..num_labels).map(|l| f1(tp[l], fp[l], fne[l])).sum::<f64>() / num_labels as f64;
+    let macro_ = (0..num_labels)
+        .map(|l| f1(tp[l], fp[l], fne[l]))
+        .sum::<f64>()
+        / num_labels as f64;
     (micro, macro_)
 }
 
@@ -218,7 +238,9 @@ pub fn node_classification(
     let mut out = Vec::new();
     for &frac in fractions {
         if !(frac > 0.0 && frac < 1.0) {
-            return Err(Error::config(format!("--train-fractions: {frac} is not in (0, 1)")));
+            return Err(Error::config(format!(
+                "--train-fractions: {frac} is not in (0, 1)"
+            )));
         }
         let mut runs = Vec::new();
         for rep in 0..repeats {
@@ -229,13 +251,22 @@ pub fn node_classification(
             }
             let ntr = ((frac * perm.len() as f64) as usize).clamp(1, perm.len() - 1);
             let (train, test) = perm.split_at(ntr);
-            let x: Vec<f32> = train.iter().flat_map(|&i| emb[i * dim..(i + 1) * dim].iter().copied()).collect();
+            let x: Vec<f32> = train
+                .iter()
+                .flat_map(|&i| emb[i * dim..(i + 1) * dim].iter().copied())
+                .collect();
             let models: Vec<Vec<f64>> = (0..labels.num_labels)
                 .into_par_iter()
                 .map(|l| {
                     let y: Vec<f32> = train
                         .iter()
-                        .map(|&i| if labels.per_node[i].contains(&(l as u32)) { 1.0 } else { -1.0 })
+                        .map(|&i| {
+                            if labels.per_node[i].contains(&(l as u32)) {
+                                1.0
+                            } else {
+                                -1.0
+                            }
+                        })
                         .collect();
                     fit_binary(&x, dim, &y, 1.0)
                 })
@@ -246,7 +277,13 @@ pub fn node_classification(
                     let e = &emb[i * dim..(i + 1) * dim];
                     models
                         .iter()
-                        .map(|w| e.iter().zip(w).map(|(&a, &b)| f64::from(a) * b).sum::<f64>() + w[dim])
+                        .map(|w| {
+                            e.iter()
+                                .zip(w)
+                                .map(|(&a, &b)| f64::from(a) * b)
+                                .sum::<f64>()
+                                + w[dim]
+                        })
                         .collect()
                 })
                 .collect();
@@ -284,12 +321,18 @@ mod tests {
         let mut y = Vec::new();
         for i in 0..200 {
             let s = if i % 2 == 0 { 1.0f32 } else { -1.0 };
-            x.extend_from_slice(&[s * 2.0 + (i as f32 * 0.37).sin() * 0.5, (i as f32 * 0.11).cos()]);
+            x.extend_from_slice(&[
+                s * 2.0 + (i as f32 * 0.37).sin() * 0.5,
+                (i as f32 * 0.11).cos(),
+            ]);
             y.push(s);
         }
         let w = fit_binary(&x, 2, &y, 1.0);
         let correct = (0..200)
-            .filter(|&i| ((f64::from(x[2 * i]) * w[0] + f64::from(x[2 * i + 1]) * w[1] + w[2]) > 0.0) == (y[i] > 0.0))
+            .filter(|&i| {
+                ((f64::from(x[2 * i]) * w[0] + f64::from(x[2 * i + 1]) * w[1] + w[2]) > 0.0)
+                    == (y[i] > 0.0)
+            })
             .count();
         assert_eq!(correct, 200);
     }

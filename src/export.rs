@@ -6,7 +6,8 @@ use std::path::Path;
 use crate::error::{Error, Result};
 
 pub fn npy(path: &Path, rows: usize, dim: usize, data: &[f32]) -> Result<()> {
-    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {dim}), }}");
+    let mut header =
+        format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {dim}), }}");
     // magic (6) + version (2) + length (2) + header + '\n' must be a multiple of 64.
     while (10 + header.len() + 1) % 64 != 0 {
         header.push(' ');
@@ -16,7 +17,8 @@ pub fn npy(path: &Path, rows: usize, dim: usize, data: &[f32]) -> Result<()> {
     let mut w = std::io::BufWriter::new(f);
     let io = |e| Error::io(path, e);
     w.write_all(b"\x93NUMPY\x01\x00").map_err(io)?;
-    w.write_all(&(header.len() as u16).to_le_bytes()).map_err(io)?;
+    w.write_all(&(header.len() as u16).to_le_bytes())
+        .map_err(io)?;
     w.write_all(header.as_bytes()).map_err(io)?;
     for x in data {
         w.write_all(&x.to_le_bytes()).map_err(io)?;

@@ -10,12 +10,12 @@ pub mod graph;
 pub mod spmd;
 
 pub use error::{Error, Result};
+pub mod cli;
 pub mod config;
+pub mod eval;
+pub mod export;
 pub mod model;
 pub mod sample;
 pub mod stats;
 pub mod store;
 pub mod train;
-pub mod cli;
-pub mod export;
-pub mod eval;

@@ -133,48 +133,100 @@ fn convert(c: &ConvertCmd) -> Result<()> {
 
 fn generate_cmd(g: &GenerateCmd) -> Result<()> {
     match g {
-        GenerateCmd::Sbm { nodes, blocks, avg_degree, mix, output, labels, seed } => {
+        GenerateCmd::Sbm {
+            nodes,
+            blocks,
+            avg_degree,
+            mix,
+            output,
+            labels,
+            seed,
+        } => {
             let lab = generate::sbm(output, *nodes, *blocks, *avg_degree, *mix, *seed)?;
             if let Some(l) = labels {
                 generate::write_labels(l, &lab)?;
             }
-            println!("generated sbm: {nodes} nodes, {blocks} blocks -> {}", output.display());
+            println!(
+                "generated sbm: {nodes} nodes, {blocks} blocks -> {}",
+                output.display()
+            );
         }
-        GenerateCmd::Rmat { scale, edge_factor, output, seed } => {
+        GenerateCmd::Rmat {
+            scale,
+            edge_factor,
+            output,
+            seed,
+        } => {
             let m = generate::rmat(output, *scale, *edge_factor, *seed)?;
-            println!("generated rmat: {} nodes, {m} edges -> {}", 1u64 << scale, output.display());
+            println!(
+                "generated rmat: {} nodes, {m} edges -> {}",
+                1u64 << scale,
+                output.display()
+            );
         }
-        GenerateCmd::Shape { shape, nodes, output } => {
+        GenerateCmd::Shape {
+            shape,
+            nodes,
+            output,
+        } => {
             if *nodes < 3 {
                 return Err(Error::config("--nodes must be at least 3 for a shape"));
             }
             let edges = generate::shape_edges(*shape, *nodes);
             h5::write_edges(output, &edges, *nodes, false, false)?;
-            println!("generated {shape:?}: {nodes} nodes, {} edges -> {}", edges.len(), output.display());
+            println!(
+                "generated {shape:?}: {nodes} nodes, {} edges -> {}",
+                edges.len(),
+                output.display()
+            );
         }
     }
     Ok(())
 }
 
 fn eval_cmd(e: &EvalCmd) -> Result<()> {
-    let EvalCmd::Nodeclf { embeddings, labels, train_fractions, repeats, seed, json } = e;
+    let EvalCmd::Nodeclf {
+        embeddings,
+        labels,
+        train_fractions,
+        repeats,
+        seed,
+        json,
+    } = e;
     if *repeats == 0 {
         return Err(Error::config("--repeats must be at least 1"));
     }
     if let Some(f) = train_fractions.iter().find(|f| !(**f > 0.0 && **f < 1.0)) {
-        return Err(Error::config(format!("--train-fractions: {f} is not in (0, 1)")));
+        return Err(Error::config(format!(
+            "--train-fractions: {f} is not in (0, 1)"
+        )));
     }
     let (rows, dim, data) = train::output::read_embeddings(embeddings)?;
     let labels = graphscale::eval::read_labels(labels, rows)?;
-    let res = graphscale::eval::node_classification(&data, dim, &labels, train_fractions, *repeats, *seed)?;
+    let res = graphscale::eval::node_classification(
+        &data,
+        dim,
+        &labels,
+        train_fractions,
+        *repeats,
+        *seed,
+    )?;
     if *json {
         let map: serde_json::Map<String, serde_json::Value> = res
             .iter()
-            .map(|(f, r)| (format!("{f}"), serde_json::to_value(r).expect("f1 serializes")))
+            .map(|(f, r)| {
+                (
+                    format!("{f}"),
+                    serde_json::to_value(r).expect("f1 serializes"),
+                )
+            })
             .collect();
         println!("{}", serde_json::json!({ "results": map }));
     } else {
-        println!("node classification: {rows} nodes, {} labels, {repeats} repeats", labels.num_labels);
+        println!(
+            "node classification: {rows} nodes, {} labels, {repeats} repeats",
+            labels.num_labels
+        );
         println!("train   Micro-F1          Macro-F1");
         for (f, r) in &res {
             println!(
@@ -208,20 +260,45 @@ fn info(comm: &Comm, i: &InfoCmd) -> Result<()> {
     let s = csr::stats(comm, &g);
     if comm.rank() == 0 {
         if i.json {
-            println!("{}", serde_json::to_string_pretty(&s).expect("stats serialize"));
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&s).expect("stats serialize")
+            );
         } else {
             println!("graph            {}", i.graph.display());
             println!("nodes            {}", s.num_nodes);
-            println!("edges (file)     {}{}", s.file_edges, if s.directed { " directed" } else { " undirected" });
-            println!("adjacency        {} entries{}", s.adjacency_entries, if s.weighted { ", weighted" } else { "" });
-            println!("degree           min {} / mean {:.2} / max {}; {} isolated", s.min_degree, s.mean_degree, s.max_degree, s.isolated_nodes);
-            println!("ranks            {} ({:?} partition, fingerprint {})", s.ranks, scheme, s.partition_fingerprint);
+            println!(
+                "edges (file)     {}{}",
+                s.file_edges,
+                if s.directed {
+                    " directed"
+                } else {
+                    " undirected"
+                }
+            );
+            println!(
+                "adjacency        {} entries{}",
+                s.adjacency_entries,
+                if s.weighted { ", weighted" } else { "" }
+            );
+            println!(
+                "degree           min {} / mean {:.2} / max {}; {} isolated",
+                s.min_degree, s.mean_degree, s.max_degree, s.isolated_nodes
+            );
+            println!(
+                "ranks            {} ({:?} partition, fingerprint {})",
+                s.ranks, scheme, s.partition_fingerprint
+            );
             println!(
                 "balance          nodes max/mean {:.3}; adjacency max/mean {:.3}",
                 s.max_rank_nodes as f64 / s.mean_rank_nodes.max(1e-9),
                 s.max_rank_entries as f64 / s.mean_rank_entries.max(1e-9)
             );
-            println!("load             {:.2} s ({:.0} edges/s)", secs, s.file_edges as f64 / secs.max(1e-9));
+            println!(
+                "load             {:.2} s ({:.0} edges/s)",
+                secs,
+                s.file_edges as f64 / secs.max(1e-9)
+            );
         }
     }
     Ok(())
@@ -251,7 +328,10 @@ fn selftest(comm: &Comm, s: &SelftestCmd) -> Result<()> {
     match s.mode.as_str() {
         "hang" => {
             if comm.rank() == s.fail_rank {
-                eprintln!("graphscale: selftest: rank {} stops responding", comm.rank());
+                eprintln!(
+                    "graphscale: selftest: rank {} stops responding",
+                    comm.rank()
+                );
                 loop {
                     std::thread::sleep(Duration::from_secs(3600));
                 }
@@ -271,7 +351,10 @@ fn selftest(comm: &Comm, s: &SelftestCmd) -> Result<()> {
             let checked = graphscale::comm::selftest_rma(comm, s.rows, s.rounds);
             let total = comm.sum_u64(checked?);
             if comm.rank() == 0 {
-                println!("rma selftest: {total} fetched rows verified on {} ranks", comm.size());
+                println!(
+                    "rma selftest: {total} fetched rows verified on {} ranks",
+                    comm.size()
+                );
             }
             Ok(())
         }

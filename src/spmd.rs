@@ -86,7 +86,9 @@ mod tests {
 
     #[test]
     fn success_passes_through() {
-        let out = local::run(2, Duration::from_secs(20), |c| agree(&c, Ok(c.rank())).unwrap());
+        let out = local::run(2, Duration::from_secs(20), |c| {
+            agree(&c, Ok(c.rank())).unwrap()
+        });
         assert_eq!(out, vec![0, 1]);
     }
 }

@@ -56,8 +56,7 @@ pub fn peak_rss_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-/// Adds the time since creation to a phase counter when dropped... kept explicit instead:
-/// `let t = Timer::start(); ...; phases.fetch += t.secs();`
+/// Wall-clock seconds of a phase: `let t = Timer::start(); ...; phases.fetch += t.secs();`
 pub struct Timer(Instant);
 
 impl Timer {
@@ -81,24 +80,26 @@ pub fn human_bytes(b: u64) -> String {
     format!("{v:.1} {}", units[u])
 }
 
+type Getter = fn(&RankMetrics) -> f64;
+
 /// The end-of-run table over all ranks (max and mean per phase), printed by rank 0.
 pub fn summary_table(all: &[RankMetrics]) -> String {
     let n = all.len() as f64;
     let mut s = String::new();
-    let col = |f: &dyn Fn(&RankMetrics) -> f64| {
+    let col = |f: Getter| {
         let max = all.iter().map(f).fold(0.0, f64::max);
         let mean = all.iter().map(f).sum::<f64>() / n;
         (max, mean)
     };
     s.push_str("phase        max s     mean s\n");
-    let rows: [(&str, &dyn Fn(&RankMetrics) -> f64); 7] = [
-        ("load", &|m| m.seconds.load),
-        ("sample", &|m| m.seconds.sample),
-        ("fetch", &|m| m.seconds.fetch),
-        ("compute", &|m| m.seconds.compute),
-        ("push", &|m| m.seconds.push),
-        ("apply", &|m| m.seconds.apply),
-        ("output", &|m| m.seconds.output),
+    let rows: [(&str, Getter); 7] = [
+        ("load", |m| m.seconds.load),
+        ("sample", |m| m.seconds.sample),
+        ("fetch", |m| m.seconds.fetch),
+        ("compute", |m| m.seconds.compute),
+        ("push", |m| m.seconds.push),
+        ("apply", |m| m.seconds.apply),
+        ("output", |m| m.seconds.output),
     ];
     for (name, f) in rows {
         let (mx, mean) = col(f);

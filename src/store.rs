@@ -169,7 +169,12 @@ impl Shard {
     }
 
     /// Apply gradient rows: each update is (local row, its gradient).
-    pub fn apply<'g>(&mut self, p: &OptParams, lr: f32, updates: impl IntoIterator<Item = (u32, &'g [f32])>) {
+    pub fn apply<'g>(
+        &mut self,
+        p: &OptParams,
+        lr: f32,
+        updates: impl IntoIterator<Item = (u32, &'g [f32])>,
+    ) {
         let (dtype, dim, rb, spr) = (self.dtype, self.dim, self.row_bytes(), self.state_per_row);
         let state = &mut self.state;
         self.window.with_local_mut(|bytes| {
@@ -198,7 +203,10 @@ mod tests {
             encode_row(dt, &row, &mut b);
             decode_row(dt, &b, &mut back);
             for (a, c) in row.iter().zip(&back) {
-                assert!((a - c).abs() <= tol * a.abs().max(1e-3) + 1e-7, "{dt:?}: {a} vs {c}");
+                assert!(
+                    (a - c).abs() <= tol * a.abs().max(1e-3) + 1e-7,
+                    "{dt:?}: {a} vs {c}"
+                );
             }
         }
     }
@@ -225,7 +233,10 @@ mod tests {
         // Adam, first step: update = lr * sign(g) (bias-corrected m/sqrt(v) = g/|g|)
         let (mut w, mut s) = ([1.0f32, 1.0], [0.0f32; 5]);
         apply_update(&mk(Optimizer::Adam), 0.1, &mut w, &g, &mut s);
-        assert!((w[0] - 0.9).abs() < 1e-5 && (w[1] - 1.1).abs() < 1e-5, "{w:?}");
+        assert!(
+            (w[0] - 0.9).abs() < 1e-5 && (w[1] - 1.1).abs() < 1e-5,
+            "{w:?}"
+        );
         assert_eq!(s[4], 1.0);
     }
 }

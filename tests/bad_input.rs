@@ -12,7 +12,11 @@ fn write_h5(path: &std::path::Path, f: impl FnOnce(&hdf5::File)) {
 }
 
 fn attr(file: &hdf5::File, name: &str, v: u64) {
-    file.new_attr::<u64>().create(name).unwrap().write_scalar(&v).unwrap();
+    file.new_attr::<u64>()
+        .create(name)
+        .unwrap()
+        .write_scalar(&v)
+        .unwrap();
 }
 
 /// Each case: a file maker and the words the message must contain.
@@ -27,35 +31,69 @@ fn cases(dir: &std::path::Path) -> Vec<(std::path::PathBuf, &'static str)> {
 
     let no_dst = p(dir, "no_dst.h5");
     write_h5(&no_dst, |f| {
-        f.new_dataset_builder().with_data(&[0u64, 1]).create("src").unwrap();
+        f.new_dataset_builder()
+            .with_data(&[0u64, 1])
+            .create("src")
+            .unwrap();
         attr(f, "num_nodes", 2);
     });
     v.push((no_dst, "missing dataset 'dst'"));
 
     let float_ids = p(dir, "float.h5");
     write_h5(&float_ids, |f| {
-        f.new_dataset_builder().with_data(&[0.0f64, 1.0]).create("src").unwrap();
-        f.new_dataset_builder().with_data(&[1u64, 0]).create("dst").unwrap();
+        f.new_dataset_builder()
+            .with_data(&[0.0f64, 1.0])
+            .create("src")
+            .unwrap();
+        f.new_dataset_builder()
+            .with_data(&[1u64, 0])
+            .create("dst")
+            .unwrap();
         attr(f, "num_nodes", 2);
     });
     v.push((float_ids, "must be unsigned integers"));
 
     let lengths = p(dir, "lengths.h5");
     write_h5(&lengths, |f| {
-        f.new_dataset_builder().with_data(&[0u64, 1, 2]).create("src").unwrap();
-        f.new_dataset_builder().with_data(&[1u64, 0]).create("dst").unwrap();
+        f.new_dataset_builder()
+            .with_data(&[0u64, 1, 2])
+            .create("src")
+            .unwrap();
+        f.new_dataset_builder()
+            .with_data(&[1u64, 0])
+            .create("dst")
+            .unwrap();
         attr(f, "num_nodes", 3);
     });
     v.push((lengths, "'src' has 3 entries but 'dst' has 2"));
 
     let range = p(dir, "range.h5");
-    let edges = [(0, 1), (1, 2), (2, 7)].map(|(a, b)| Edge { src: a, dst: b, weight: 1.0 });
+    let edges = [(0, 1), (1, 2), (2, 7)].map(|(a, b)| Edge {
+        src: a,
+        dst: b,
+        weight: 1.0,
+    });
     h5::write_edges(&range, &edges, 3, false, false).unwrap();
     v.push((range, "dst[2] = 7 is out of range: num_nodes is 3"));
 
-    for (name, w, msg) in [("nan.h5", f32::NAN, "weight[1] = NaN"), ("inf.h5", f32::INFINITY, "weight[1] = inf"), ("neg.h5", -1.0, "weight[1] = -1")] {
+    for (name, w, msg) in [
+        ("nan.h5", f32::NAN, "weight[1] = NaN"),
+        ("inf.h5", f32::INFINITY, "weight[1] = inf"),
+        ("neg.h5", -1.0, "weight[1] = -1"),
+    ] {
         let path = p(dir, name);
-        let edges = [Edge { src: 0, dst: 1, weight: 1.0 }, Edge { src: 1, dst: 2, weight: w }];
+        let edges = [
+            Edge {
+                src: 0,
+                dst: 1,
+                weight: 1.0,
+            },
+            Edge {
+                src: 1,
+                dst: 2,
+                weight: w,
+            },
+        ];
         h5::write_edges(&path, &edges, 3, false, true).unwrap();
         v.push((path, msg));
     }
@@ -70,8 +108,14 @@ fn cases(dir: &std::path::Path) -> Vec<(std::path::PathBuf, &'static str)> {
 
     let no_attr = p(dir, "no_attr.h5");
     write_h5(&no_attr, |f| {
-        f.new_dataset_builder().with_data(&[0u64]).create("src").unwrap();
-        f.new_dataset_builder().with_data(&[1u64]).create("dst").unwrap();
+        f.new_dataset_builder()
+            .with_data(&[0u64])
+            .create("src")
+            .unwrap();
+        f.new_dataset_builder()
+            .with_data(&[1u64])
+            .create("dst")
+            .unwrap();
     });
     v.push((no_attr, "missing root attribute 'num_nodes'"));
     v
@@ -83,8 +127,18 @@ fn bad_graph_files_are_named_and_explained() {
     for (path, want) in cases(d.path()) {
         let o = run(60, &["info", "--graph", s(&path), "--comm-timeout", "20"]);
         assert_eq!(o.code, 1, "{}: {}", path.display(), o.all());
-        assert!(o.stderr.contains(want), "{}: expected '{want}' in: {}", path.display(), o.stderr);
-        assert!(o.stderr.contains(path.file_name().unwrap().to_str().unwrap()), "names the file: {}", o.stderr);
+        assert!(
+            o.stderr.contains(want),
+            "{}: expected '{want}' in: {}",
+            path.display(),
+            o.stderr
+        );
+        assert!(
+            o.stderr
+                .contains(path.file_name().unwrap().to_str().unwrap()),
+            "names the file: {}",
+            o.stderr
+        );
     }
 }
 
@@ -92,12 +146,26 @@ fn bad_graph_files_are_named_and_explained() {
 fn bad_graph_files_end_every_rank_under_mpirun() {
     let d = tmp();
     for (path, want) in cases(d.path()).into_iter().step_by(2) {
-        let o = mpirun(3, 90, &["info", "--graph", s(&path), "--comm-timeout", "20"]);
+        let o = mpirun(
+            3,
+            90,
+            &["info", "--graph", s(&path), "--comm-timeout", "20"],
+        );
         assert_ne!(o.code, 0, "{}: {}", path.display(), o.all());
         assert_ne!(o.code, 124, "the job hung: {}", o.all());
-        assert!(o.stderr.contains(want), "{}: expected '{want}' in: {}", path.display(), o.stderr);
+        assert!(
+            o.stderr.contains(want),
+            "{}: expected '{want}' in: {}",
+            path.display(),
+            o.stderr
+        );
         // rank 0 reports once for all ranks
-        assert_eq!(o.stderr.matches("graphscale: error:").count(), 1, "{}", o.stderr);
+        assert_eq!(
+            o.stderr.matches("graphscale: error:").count(),
+            1,
+            "{}",
+            o.stderr
+        );
     }
 }
 
@@ -105,7 +173,11 @@ fn bad_graph_files_end_every_rank_under_mpirun() {
 fn malformed_text_lines_report_file_and_line() {
     let d = tmp();
     let cases = [
-        ("0 1\n1 2 0.5\n", "bad.txt:2:", "every line needs the same columns"),
+        (
+            "0 1\n1 2 0.5\n",
+            "bad.txt:2:",
+            "every line needs the same columns",
+        ),
         ("# c\n0 1\nfoo bar\n", "bad.txt:3:", "--string-ids"),
         ("0 1\n2\n", "bad.txt:2:", "one field"),
         ("0 1 x\n", "bad.txt:1:", "not a number"),
@@ -116,7 +188,11 @@ fn malformed_text_lines_report_file_and_line() {
         std::fs::write(&f, text).unwrap();
         let o = run(30, &["convert", s(&f), "-o", s(&p(d.path(), "o.h5"))]);
         assert_eq!(o.code, 1, "{}", o.all());
-        assert!(o.stderr.contains(at) && o.stderr.contains(want), "{text:?}: {}", o.stderr);
+        assert!(
+            o.stderr.contains(at) && o.stderr.contains(want),
+            "{text:?}: {}",
+            o.stderr
+        );
     }
 }
 
@@ -130,12 +206,19 @@ fn string_ids_convert_and_keep_names() {
     let o = run(30, &["convert", s(&f), "-o", s(&out), "--string-ids"]);
     assert_eq!(o.code, 0, "{}", o.all());
     let file = hdf5::File::open(&out).unwrap();
-    let names: Vec<hdf5::types::VarLenUnicode> = file.dataset("node_names").unwrap().read_raw().unwrap();
+    let names: Vec<hdf5::types::VarLenUnicode> =
+        file.dataset("node_names").unwrap().read_raw().unwrap();
     let names: Vec<String> = names.iter().map(|n| n.as_str().to_string()).collect();
     assert_eq!(names, ["alice", "bob", "carol", "dave"]);
     let src: Vec<u64> = file.dataset("src").unwrap().read_raw().unwrap();
     assert_eq!(src, [0, 1, 2]);
-    assert_eq!(file.attr("num_nodes").unwrap().read_scalar::<u64>().unwrap(), 4);
+    assert_eq!(
+        file.attr("num_nodes")
+            .unwrap()
+            .read_scalar::<u64>()
+            .unwrap(),
+        4
+    );
 }
 
 #[test]
@@ -143,12 +226,23 @@ fn flags_are_checked() {
     let o = run(30, &["--graph", "g.h5", "--no-such-flag"]);
     assert_eq!(o.code, 2, "{}", o.all());
     assert!(o.stderr.contains("--no-such-flag"), "{}", o.stderr);
-    let o = run(30, &["--graph", "g.h5", "--model", "deepwalk", "--p", "0.5"]);
+    let o = run(
+        30,
+        &["--graph", "g.h5", "--model", "deepwalk", "--p", "0.5"],
+    );
     assert_eq!(o.code, 1, "{}", o.all());
-    assert!(o.stderr.contains("only apply to --model node2vec"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("only apply to --model node2vec"),
+        "{}",
+        o.stderr
+    );
     let o = run(30, &["--graph", "g.h5", "--dim", "0", "--window", "0"]);
     assert_eq!(o.code, 1);
-    assert!(o.stderr.contains("--dim") && o.stderr.contains("--window"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("--dim") && o.stderr.contains("--window"),
+        "{}",
+        o.stderr
+    );
     let o = run(30, &[]);
     assert_eq!(o.code, 2, "{}", o.all());
 }
@@ -157,15 +251,38 @@ fn flags_are_checked() {
 fn bad_configs_are_refused_on_every_rank_before_training() {
     let d = tmp();
     let (g, _) = sbm(d.path(), 200, 2);
-    let o = mpirun(3, 90, &["--graph", s(&g), "--lr=-1", "--comm-timeout", "20"]);
+    let o = mpirun(
+        3,
+        90,
+        &["--graph", s(&g), "--lr=-1", "--comm-timeout", "20"],
+    );
     assert_eq!(o.code, 1, "{}", o.all());
-    assert!(o.stderr.contains("--lr must be a positive number"), "{}", o.stderr);
-    let o = mpirun(2, 90, &["--graph", s(&g), "--max-memory", "1K", "--comm-timeout", "20"]);
+    assert!(
+        o.stderr.contains("--lr must be a positive number"),
+        "{}",
+        o.stderr
+    );
+    let o = mpirun(
+        2,
+        90,
+        &[
+            "--graph",
+            s(&g),
+            "--max-memory",
+            "1K",
+            "--comm-timeout",
+            "20",
+        ],
+    );
     assert_eq!(o.code, 1, "{}", o.all());
     assert!(o.stderr.contains("exceeds --max-memory"), "{}", o.stderr);
     let cfg = p(d.path(), "run.toml");
     std::fs::write(&cfg, "[training]\nlearning_rat = 0.1\n").unwrap();
     let o = run(30, &["--config", s(&cfg), "--graph", s(&g)]);
     assert_eq!(o.code, 1, "{}", o.all());
-    assert!(o.stderr.contains("run.toml") && o.stderr.contains("learning_rat"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("run.toml") && o.stderr.contains("learning_rat"),
+        "{}",
+        o.stderr
+    );
 }

@@ -42,11 +42,20 @@ pub fn run(secs: u32, args: &[&str]) -> Out {
 /// `timeout` exits 124 when it had to kill the job: tests assert on the code, so a hang fails.
 pub fn mpirun(ranks: usize, secs: u32, args: &[&str]) -> Out {
     let mut c = Command::new("timeout");
-    c.args(["-k", "5", &secs.to_string(), "mpirun", "--oversubscribe", "-n", &ranks.to_string(), BIN])
-        .args(args)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_mpi_yield_when_idle", "1");
+    c.args([
+        "-k",
+        "5",
+        &secs.to_string(),
+        "mpirun",
+        "--oversubscribe",
+        "-n",
+        &ranks.to_string(),
+        BIN,
+    ])
+    .args(args)
+    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    .env("OMPI_MCA_mpi_yield_when_idle", "1");
     finish(c)
 }
 
@@ -69,8 +78,22 @@ pub fn sbm(dir: &Path, nodes: u64, blocks: u64) -> (PathBuf, PathBuf) {
     let o = run(
         60,
         &[
-            "generate", "sbm", "--nodes", &nodes.to_string(), "--blocks", &blocks.to_string(),
-            "--avg-degree", "10", "--mix", "0.1", "--seed", "3", "-o", s(&g), "--labels", s(&l),
+            "generate",
+            "sbm",
+            "--nodes",
+            &nodes.to_string(),
+            "--blocks",
+            &blocks.to_string(),
+            "--avg-degree",
+            "10",
+            "--mix",
+            "0.1",
+            "--seed",
+            "3",
+            "-o",
+            s(&g),
+            "--labels",
+            s(&l),
         ],
     );
     assert_eq!(o.code, 0, "{}", o.all());

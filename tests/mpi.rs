@@ -16,17 +16,61 @@ fn info_json(o: &Out) -> serde_json::Value {
 fn multi_rank_loads_agree_with_one_rank() {
     let d = tmp();
     let g = p(d.path(), "rmat.h5");
-    let o = run(60, &["generate", "rmat", "--scale", "10", "--edge-factor", "8", "-o", s(&g)]);
+    let o = run(
+        60,
+        &[
+            "generate",
+            "rmat",
+            "--scale",
+            "10",
+            "--edge-factor",
+            "8",
+            "-o",
+            s(&g),
+        ],
+    );
     assert_eq!(o.code, 0, "{}", o.all());
     let one = info_json(&run(60, &["info", "--graph", s(&g), "--json"]));
     for (ranks, scheme) in [(2, "striped"), (3, "block"), (4, "striped")] {
-        let many = info_json(&mpirun(ranks, 90, &["info", "--graph", s(&g), "--json", "--partition", scheme, "--comm-timeout", "30"]));
-        for key in ["num_nodes", "file_edges", "adjacency_entries", "min_degree", "max_degree", "isolated_nodes"] {
+        let many = info_json(&mpirun(
+            ranks,
+            90,
+            &[
+                "info",
+                "--graph",
+                s(&g),
+                "--json",
+                "--partition",
+                scheme,
+                "--comm-timeout",
+                "30",
+            ],
+        ));
+        for key in [
+            "num_nodes",
+            "file_edges",
+            "adjacency_entries",
+            "min_degree",
+            "max_degree",
+            "isolated_nodes",
+        ] {
             assert_eq!(one[key], many[key], "{key} at {ranks} ranks");
         }
         assert_eq!(many["ranks"], ranks);
         // in-process ranks hold the same graph as MPI ranks
-        let local = info_json(&run(60, &["info", "--graph", s(&g), "--json", "--partition", scheme, "--ranks", &ranks.to_string()]));
+        let local = info_json(&run(
+            60,
+            &[
+                "info",
+                "--graph",
+                s(&g),
+                "--json",
+                "--partition",
+                scheme,
+                "--ranks",
+                &ranks.to_string(),
+            ],
+        ));
         assert_eq!(local["max_rank_entries"], many["max_rank_entries"]);
     }
 }
@@ -34,7 +78,20 @@ fn multi_rank_loads_agree_with_one_rank() {
 #[test]
 fn fetched_rows_equal_the_owners_rows() {
     for ranks in [2, 3, 4] {
-        let o = mpirun(ranks, 90, &["selftest", "rma", "--rows", "3000", "--rounds", "30", "--comm-timeout", "30"]);
+        let o = mpirun(
+            ranks,
+            90,
+            &[
+                "selftest",
+                "rma",
+                "--rows",
+                "3000",
+                "--rounds",
+                "30",
+                "--comm-timeout",
+                "30",
+            ],
+        );
         assert_eq!(o.code, 0, "{}", o.all());
         assert!(o.stdout.contains("fetched rows verified"), "{}", o.stdout);
     }
@@ -45,13 +102,39 @@ fn exchanges_split_into_rounds_deliver_everything() {
     // 64-byte rounds force every all-to-all to take many rounds; the load must be unchanged.
     let d = tmp();
     let g = p(d.path(), "ring.h5");
-    assert_eq!(run(30, &["generate", "shape", "ring", "--nodes", "500", "-o", s(&g)]).code, 0);
+    assert_eq!(
+        run(
+            30,
+            &["generate", "shape", "ring", "--nodes", "500", "-o", s(&g)]
+        )
+        .code,
+        0
+    );
     let mut c = std::process::Command::new("timeout");
-    c.args(["-k", "5", "90", "mpirun", "--oversubscribe", "-n", "3", "-x", "GRAPHSCALE_A2A_ROUND_BYTES=64", BIN, "info", "--graph", s(&g), "--json"])
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    c.args([
+        "-k",
+        "5",
+        "90",
+        "mpirun",
+        "--oversubscribe",
+        "-n",
+        "3",
+        "-x",
+        "GRAPHSCALE_A2A_ROUND_BYTES=64",
+        BIN,
+        "info",
+        "--graph",
+        s(&g),
+        "--json",
+    ])
+    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
     let out = c.output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["adjacency_entries"], 1000);
     assert_eq!(v["min_degree"], 2);
@@ -62,27 +145,78 @@ fn exchanges_split_into_rounds_deliver_everything() {
 fn a_rank_that_stops_or_panics_ends_the_job() {
     for mode in ["hang", "panic"] {
         let t = Instant::now();
-        let o = mpirun(3, 60, &["selftest", mode, "--fail-rank", "1", "--comm-timeout", "3"]);
+        let o = mpirun(
+            3,
+            60,
+            &["selftest", mode, "--fail-rank", "1", "--comm-timeout", "3"],
+        );
         let secs = t.elapsed().as_secs_f64();
         assert_ne!(o.code, 0, "{mode}: {}", o.all());
         assert_ne!(o.code, 124, "{mode}: the job hung");
         assert!(secs < 30.0, "{mode}: took {secs:.1} s");
-        let want = if mode == "hang" { "did not complete within --comm-timeout" } else { "rank 1 panicked" };
+        let want = if mode == "hang" {
+            "did not complete within --comm-timeout"
+        } else {
+            "rank 1 panicked"
+        };
         assert!(o.all().contains(want), "{mode}: {}", o.all());
     }
 }
 
-fn train_and_score(ranks: usize, g: &std::path::Path, l: &std::path::Path, dir: &std::path::Path, extra: &[&str]) -> f64 {
+fn train_and_score(
+    ranks: usize,
+    g: &std::path::Path,
+    l: &std::path::Path,
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> f64 {
     let emb = p(dir, &format!("emb{ranks}.h5"));
     let mut args = vec![
-        "--graph", s(g), "--walks-per-node", "5", "--walk-length", "20", "--window", "10", "--dim", "32",
-        "--threads", "1", "-o", s(&emb), "--comm-timeout", "60",
+        "--graph",
+        s(g),
+        "--walks-per-node",
+        "5",
+        "--walk-length",
+        "20",
+        "--window",
+        "10",
+        "--dim",
+        "32",
+        "--threads",
+        "1",
+        "-o",
+        s(&emb),
+        "--comm-timeout",
+        "60",
     ];
     args.extend_from_slice(extra);
-    let o = if ranks == 1 { run(240, &args) } else { mpirun(ranks, 240, &args) };
+    let o = if ranks == 1 {
+        run(240, &args)
+    } else {
+        mpirun(ranks, 240, &args)
+    };
     assert_eq!(o.code, 0, "{}", o.all());
-    assert!(o.stderr.contains("pairs/s"), "prints the metrics summary: {}", o.stderr);
-    let o = run(120, &["eval", "nodeclf", "--embeddings", s(&emb), "--labels", s(l), "--train-fractions", "0.5", "--repeats", "2", "--json"]);
+    assert!(
+        o.stderr.contains("pairs/s"),
+        "prints the metrics summary: {}",
+        o.stderr
+    );
+    let o = run(
+        120,
+        &[
+            "eval",
+            "nodeclf",
+            "--embeddings",
+            s(&emb),
+            "--labels",
+            s(l),
+            "--train-fractions",
+            "0.5",
+            "--repeats",
+            "2",
+            "--json",
+        ],
+    );
     assert_eq!(o.code, 0, "{}", o.all());
     let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
     v["results"]["0.5"]["micro_f1"].as_f64().unwrap()
@@ -104,7 +238,18 @@ fn node2vec_line_and_reduced_precision_train_under_mpi() {
     let (g, l) = sbm(d.path(), 1200, 4);
     let cases: [&[&str]; 4] = [
         &["--model", "node2vec", "--p", "0.5", "--q", "2"],
-        &["--model", "line", "--order", "2", "--line-samples", "100", "--batch-size", "1024", "--lr", "0.05"],
+        &[
+            "--model",
+            "line",
+            "--order",
+            "2",
+            "--line-samples",
+            "100",
+            "--batch-size",
+            "1024",
+            "--lr",
+            "0.05",
+        ],
         &["--dtype", "f16", "--optimizer", "adagrad", "--lr", "0.05"],
         &["--dtype", "bf16", "--partition", "block"],
     ];

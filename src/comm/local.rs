@@ -7,12 +7,16 @@ use std::time::Duration;
 
 use super::{Comm, Traffic, Watchdog};
 
+/// `mailbox[dst][src]`: bytes sent from `src` to `dst` in the current exchange.
+type Mailbox = Vec<Vec<Option<Vec<u8>>>>;
+/// One window: every rank's bytes.
+type Shards = Arc<Vec<RwLock<Vec<u8>>>>;
+
 struct Shared {
     size: usize,
     barrier: Barrier,
-    /// `mailbox[dst][src]`: bytes sent from `src` to `dst` in the current exchange.
-    mailbox: Mutex<Vec<Vec<Option<Vec<u8>>>>>,
-    new_window: Mutex<Option<Arc<Vec<RwLock<Vec<u8>>>>>>,
+    mailbox: Mutex<Mailbox>,
+    new_window: Mutex<Option<Shards>>,
 }
 
 pub struct LocalComm {
@@ -96,7 +100,10 @@ impl LocalComm {
     }
 
     pub fn window(&self, local_bytes: usize) -> LocalWindow {
-        let sizes = self.all_to_all_v(vec![(local_bytes as u64).to_le_bytes().to_vec(); self.size()]);
+        let sizes = self.all_to_all_v(vec![
+            (local_bytes as u64).to_le_bytes().to_vec();
+            self.size()
+        ]);
         if self.rank == 0 {
             let bufs = sizes
                 .iter()
@@ -128,7 +135,7 @@ impl LocalComm {
 
 pub struct LocalWindow {
     rank: usize,
-    shards: Arc<Vec<RwLock<Vec<u8>>>>,
+    shards: Shards,
 }
 
 impl LocalWindow {

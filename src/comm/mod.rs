@@ -88,7 +88,8 @@ impl Comm {
         };
         let t = self.traffic();
         t.sent.fetch_add(out, Ordering::Relaxed);
-        t.received.fetch_add(recv.iter().map(|b| b.len() as u64).sum(), Ordering::Relaxed);
+        t.received
+            .fetch_add(recv.iter().map(|b| b.len() as u64).sum(), Ordering::Relaxed);
         recv
     }
 
@@ -103,13 +104,17 @@ impl Comm {
             Comm::Mpi(c) => c.all_reduce_u64(v, op),
             Comm::Local(_) => {
                 let parts = self.all_gather_bytes(&encode_u64(v));
-                reduce(parts.iter().map(|p| decode_u64(p)), v.len(), op, 0u64, |a, b| {
-                    match op {
+                reduce(
+                    parts.iter().map(|p| decode_u64(p)),
+                    v.len(),
+                    op,
+                    0u64,
+                    |a, b| match op {
                         ReduceOp::Sum => a.wrapping_add(b),
                         ReduceOp::Max => a.max(b),
                         ReduceOp::Min => a.min(b),
-                    }
-                })
+                    },
+                )
             }
         }
     }
@@ -277,7 +282,8 @@ impl Watchdog {
         std::thread::Builder::new()
             .name(format!("watchdog-{rank}"))
             .spawn(move || {
-                let tick = Duration::from_millis(200).min(st.timeout / 4 + Duration::from_millis(1));
+                let tick =
+                    Duration::from_millis(200).min(st.timeout / 4 + Duration::from_millis(1));
                 while !st.stop.load(Ordering::Acquire) {
                     std::thread::sleep(tick);
                     let since = st.since_ms.load(Ordering::Acquire);
@@ -337,9 +343,17 @@ pub fn selftest_rma(comm: &Comm, rows: usize, rounds: usize) -> crate::Result<u6
     let mut verified = 0u64;
     for _ in 0..rounds {
         let wanted: Vec<Vec<u32>> = (0..comm.size())
-            .map(|_| (0..rows.min(257)).map(|_| rng.random_range(0..rows as u32)).collect())
+            .map(|_| {
+                (0..rows.min(257))
+                    .map(|_| rng.random_range(0..rows as u32))
+                    .collect()
+            })
             .collect();
-        let requests: Vec<(usize, &[u32])> = wanted.iter().enumerate().map(|(o, v)| (o, v.as_slice())).collect();
+        let requests: Vec<(usize, &[u32])> = wanted
+            .iter()
+            .enumerate()
+            .map(|(o, v)| (o, v.as_slice()))
+            .collect();
         let total: usize = wanted.iter().map(Vec::len).sum();
         let mut out = vec![0xFFu8; total * row_bytes];
         w.get_rows(comm.watchdog(), &requests, row_bytes, 64, &mut out);

@@ -81,13 +81,22 @@ impl MpiComm {
         let n = self.size();
         let send_lens: Vec<u64> = send.iter().map(|b| b.len() as u64).collect();
         let mut recv_lens = vec![0u64; n];
-        self.world.all_to_all_into(&send_lens[..], &mut recv_lens[..]);
-        let most = send_lens.iter().chain(&recv_lens).copied().max().unwrap_or(0);
+        self.world
+            .all_to_all_into(&send_lens[..], &mut recv_lens[..]);
+        let most = send_lens
+            .iter()
+            .chain(&recv_lens)
+            .copied()
+            .max()
+            .unwrap_or(0);
         let mut rounds = [most.div_ceil(self.round_bytes).max(1)];
         let mine = rounds;
         self.world
             .all_reduce_into(&mine[..], &mut rounds[..], SystemOperation::max());
-        let mut recv: Vec<Vec<u8>> = recv_lens.iter().map(|&l| Vec::with_capacity(l as usize)).collect();
+        let mut recv: Vec<Vec<u8>> = recv_lens
+            .iter()
+            .map(|&l| Vec::with_capacity(l as usize))
+            .collect();
         for round in 0..rounds[0] {
             let piece = |len: u64| -> (u64, u64) {
                 let start = (round * self.round_bytes).min(len);
@@ -192,7 +201,9 @@ fn displacements(counts: &[c_int]) -> Vec<c_int> {
     let mut acc: c_int = 0;
     for &c in counts {
         d.push(acc);
-        acc = acc.checked_add(c).expect("a round's total bytes fit in c_int");
+        acc = acc
+            .checked_add(c)
+            .expect("a round's total bytes fit in c_int");
     }
     d
 }
@@ -271,7 +282,11 @@ impl MpiWindow {
             }
             for chunk in rows.chunks(request_batch) {
                 displs.clear();
-                displs.extend(chunk.iter().map(|&r| (r as usize * row_bytes) as ffi::MPI_Aint));
+                displs.extend(
+                    chunk
+                        .iter()
+                        .map(|&r| (r as usize * row_bytes) as ffi::MPI_Aint),
+                );
                 let bytes = chunk.len() * row_bytes;
                 let mut dtype: ffi::MPI_Datatype = byte_type();
                 // SAFETY: `displs` holds `chunk.len()` displacements, each inside the owner's

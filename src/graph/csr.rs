@@ -154,7 +154,11 @@ pub fn route_edges(comm: &Comm, part: &Partitioner, edges: &[Edge], directed: bo
     for e in edges {
         pack(e, &mut send[part.owner(e.src)]);
         if !directed && e.src != e.dst {
-            let r = Edge { src: e.dst, dst: e.src, weight: e.weight };
+            let r = Edge {
+                src: e.dst,
+                dst: e.src,
+                weight: e.weight,
+            };
             pack(&r, &mut send[part.owner(r.src)]);
         }
     }
@@ -193,7 +197,14 @@ pub fn load(comm: &Comm, path: &Path, scheme: Scheme, chunk_edges: u64) -> Resul
     for round in 0..rounds {
         let a = (start + round * chunk).min(end);
         let b = (a + chunk).min(end);
-        let edges = agree(comm, if a < b { file.read_edges(a, b) } else { Ok(Vec::new()) })?;
+        let edges = agree(
+            comm,
+            if a < b {
+                file.read_edges(a, b)
+            } else {
+                Ok(Vec::new())
+            },
+        )?;
         entries.extend(route_edges(comm, &part, &edges, file.directed));
     }
     let g = LocalGraph::from_entries(
@@ -237,7 +248,9 @@ pub fn stats(comm: &Comm, g: &LocalGraph) -> GraphStats {
     use crate::comm::ReduceOp::{Max, Min, Sum};
     let n = g.num_local();
     let degs = (0..n).map(|i| g.degree(i) as u64);
-    let (mn, mx) = degs.clone().fold((u64::MAX, 0), |(a, b), d| (a.min(d), b.max(d)));
+    let (mn, mx) = degs
+        .clone()
+        .fold((u64::MAX, 0), |(a, b), d| (a.min(d), b.max(d)));
     let isolated = degs.filter(|&d| d == 0).count() as u64;
     let sums = comm.all_reduce_u64(&[g.local_entries(), isolated, n as u64], Sum);
     let maxs = comm.all_reduce_u64(&[mx, n as u64, g.local_entries()], Max);
@@ -286,7 +299,14 @@ mod tests {
             let (a, b) = slice_of(edges.len() as u64, c.rank(), c.size());
             let mine = &edges[a as usize..b as usize];
             let entries = route_edges(&c, &part, mine, directed);
-            LocalGraph::from_entries(c.rank(), part, &entries, edges.len() as u64, directed, false)
+            LocalGraph::from_entries(
+                c.rank(),
+                part,
+                &entries,
+                edges.len() as u64,
+                directed,
+                false,
+            )
         })
     }
 
@@ -310,8 +330,11 @@ mod tests {
 
     #[test]
     fn undirected_csr_has_both_directions_sorted() {
-        let edges = [(0, 2), (1, 0), (2, 1), (0, 3)]
-            .map(|(s, d)| Edge { src: s, dst: d, weight: 1.0 });
+        let edges = [(0, 2), (1, 0), (2, 1), (0, 3)].map(|(s, d)| Edge {
+            src: s,
+            dst: d,
+            weight: 1.0,
+        });
         let g = &build(&edges, 4, 1, false)[0];
         assert_eq!(g.neighbors(0), &[1, 2, 3]);
         assert_eq!(g.neighbors(3), &[0]);

@@ -23,10 +23,14 @@ pub fn sbm(
     seed: u64,
 ) -> Result<Vec<u64>> {
     if nodes < 2 || blocks == 0 || blocks > nodes {
-        return Err(Error::config("sbm needs --nodes >= 2 and 1 <= --blocks <= --nodes"));
+        return Err(Error::config(
+            "sbm needs --nodes >= 2 and 1 <= --blocks <= --nodes",
+        ));
     }
     if !(0.0..=1.0).contains(&mix) || avg_degree.is_nan() || avg_degree <= 0.0 {
-        return Err(Error::config("sbm needs 0 <= --mix <= 1 and --avg-degree > 0"));
+        return Err(Error::config(
+            "sbm needs 0 <= --mix <= 1 and --avg-degree > 0",
+        ));
     }
     let block_of = |v: u64| v * blocks / nodes;
     let block_start = |b: u64| (b * nodes).div_ceil(blocks);
@@ -42,7 +46,11 @@ pub fn sbm(
             rng.random_range(block_start(b)..block_start(b + 1))
         };
         if u != v {
-            w.push(Edge { src: u, dst: v, weight: 1.0 })?;
+            w.push(Edge {
+                src: u,
+                dst: v,
+                weight: 1.0,
+            })?;
         }
     }
     w.finish(Some(nodes), false, None)?;
@@ -53,7 +61,9 @@ pub fn sbm(
 /// ids scrambled by a bijection so that hubs are not the low ids. Self-loops are dropped.
 pub fn rmat(out: &Path, scale: u32, edge_factor: u64, seed: u64) -> Result<u64> {
     if !(1..=40).contains(&scale) || edge_factor == 0 {
-        return Err(Error::config("rmat needs 1 <= --scale <= 40 and --edge-factor >= 1"));
+        return Err(Error::config(
+            "rmat needs 1 <= --scale <= 40 and --edge-factor >= 1",
+        ));
     }
     let n = 1u64 << scale;
     let mask = n - 1;
@@ -80,7 +90,11 @@ pub fn rmat(out: &Path, scale: u32, edge_factor: u64, seed: u64) -> Result<u64> 
         }
         let (u, v) = (scramble(u), scramble(v));
         if u != v {
-            w.push(Edge { src: u, dst: v, weight: 1.0 })?;
+            w.push(Edge {
+                src: u,
+                dst: v,
+                weight: 1.0,
+            })?;
         }
     }
     Ok(w.finish(Some(n), false, None)?.1)
@@ -98,7 +112,11 @@ pub enum Shape {
 }
 
 pub fn shape_edges(shape: Shape, n: u64) -> Vec<Edge> {
-    let e = |s: NodeId, d: NodeId| Edge { src: s, dst: d, weight: 1.0 };
+    let e = |s: NodeId, d: NodeId| Edge {
+        src: s,
+        dst: d,
+        weight: 1.0,
+    };
     match shape {
         Shape::Ring => (0..n).map(|i| e(i, (i + 1) % n)).collect(),
         Shape::Star => (1..n).map(|i| e(0, i)).collect(),

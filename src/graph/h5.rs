@@ -59,7 +59,9 @@ impl EdgeFile {
             file.dataset(name).map_err(|_| {
                 Error::bad_input(
                     path,
-                    format!("missing dataset '{name}' (an edge file has 1-D datasets 'src' and 'dst')"),
+                    format!(
+                        "missing dataset '{name}' (an edge file has 1-D datasets 'src' and 'dst')"
+                    ),
                 )
             })
         };
@@ -68,20 +70,28 @@ impl EdgeFile {
         check_unsigned(path, &src, "src")?;
         check_unsigned(path, &dst, "dst")?;
         if src.ndim() != 1 || dst.ndim() != 1 {
-            return Err(Error::bad_input(path, "datasets 'src' and 'dst' must be 1-D"));
+            return Err(Error::bad_input(
+                path,
+                "datasets 'src' and 'dst' must be 1-D",
+            ));
         }
         let (ns, nd) = (src.size() as u64, dst.size() as u64);
         if ns != nd {
             return Err(Error::bad_input(
                 path,
-                format!("'src' has {ns} entries but 'dst' has {nd}; they must have the same length"),
+                format!(
+                    "'src' has {ns} entries but 'dst' has {nd}; they must have the same length"
+                ),
             ));
         }
         let weighted = match file.dataset("weight") {
             Ok(w) => {
                 let td = w.dtype().and_then(|t| t.to_descriptor());
                 if !matches!(td, Ok(TypeDescriptor::Float(_))) {
-                    return Err(Error::bad_input(path, "dataset 'weight' must be floating point (f32)"));
+                    return Err(Error::bad_input(
+                        path,
+                        "dataset 'weight' must be floating point (f32)",
+                    ));
                 }
                 if w.size() as u64 != ns {
                     return Err(Error::bad_input(
@@ -95,14 +105,19 @@ impl EdgeFile {
         };
         let has_rel = file.dataset("rel").is_ok();
         let num_nodes = read_attr_u64(&file, path, "num_nodes")?.ok_or_else(|| {
-            Error::bad_input(path, "missing root attribute 'num_nodes' (u64): the number of nodes")
+            Error::bad_input(
+                path,
+                "missing root attribute 'num_nodes' (u64): the number of nodes",
+            )
         })?;
         let directed = read_attr_u64(&file, path, "directed")?.unwrap_or(0) != 0;
         if let Some(v) = read_attr_u64(&file, path, "format_version")? {
             if v != u64::from(FORMAT_VERSION) {
                 return Err(Error::bad_input(
                     path,
-                    format!("format_version {v} is not supported (this build reads {FORMAT_VERSION})"),
+                    format!(
+                        "format_version {v} is not supported (this build reads {FORMAT_VERSION})"
+                    ),
                 ));
             }
         }
@@ -180,7 +195,11 @@ impl EdgeFile {
                     ),
                 ));
             }
-            out.push(Edge { src: s, dst: d, weight: w });
+            out.push(Edge {
+                src: s,
+                dst: d,
+                weight: w,
+            });
         }
         Ok(out)
     }
@@ -220,7 +239,11 @@ pub struct EdgeWriter {
     max_id: Option<NodeId>,
 }
 
-fn extendable<T: hdf5::H5Type>(file: &hdf5::File, path: &Path, name: &str) -> Result<hdf5::Dataset> {
+fn extendable<T: hdf5::H5Type>(
+    file: &hdf5::File,
+    path: &Path,
+    name: &str,
+) -> Result<hdf5::Dataset> {
     file.new_dataset::<T>()
         .chunk(CHUNK)
         .shuffle()
@@ -303,7 +326,8 @@ impl EdgeWriter {
             move |e| Error::hdf5(p, w, e)
         };
         write_attr(&self.file, "num_nodes", n).map_err(err("attribute num_nodes"))?;
-        write_attr(&self.file, "directed", u64::from(directed)).map_err(err("attribute directed"))?;
+        write_attr(&self.file, "directed", u64::from(directed))
+            .map_err(err("attribute directed"))?;
         write_attr(&self.file, "format_version", u64::from(FORMAT_VERSION))
             .map_err(err("attribute format_version"))?;
         if let Some(names) = names {

@@ -22,7 +22,9 @@ impl std::str::FromStr for Scheme {
         match s {
             "striped" | "hash" => Ok(Scheme::Striped),
             "block" | "range" => Ok(Scheme::Block),
-            _ => Err(format!("unknown partition scheme '{s}' (use striped or block)")),
+            _ => Err(format!(
+                "unknown partition scheme '{s}' (use striped or block)"
+            )),
         }
     }
 }
@@ -42,7 +44,9 @@ impl Partitioner {
         let n = ranks as u64;
         let bounds = match scheme {
             Scheme::Striped => Vec::new(),
-            Scheme::Block => (0..=n).map(|r| r * (num_nodes / n) + r.min(num_nodes % n)).collect(),
+            Scheme::Block => (0..=n)
+                .map(|r| r * (num_nodes / n) + r.min(num_nodes % n))
+                .collect(),
         };
         Partitioner {
             scheme,
@@ -143,8 +147,8 @@ mod tests {
                 prop_assert_eq!(p.global(o, i), v);
                 counts[o] += 1;
             }
-            for r in 0..ranks {
-                prop_assert_eq!(counts[r], p.num_local(r));
+            for (r, &c) in counts.iter().enumerate() {
+                prop_assert_eq!(c, p.num_local(r));
             }
             let (lo, hi) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
             prop_assert!(hi - lo <= 1, "row balance {lo}..{hi}");
@@ -154,9 +158,21 @@ mod tests {
     #[test]
     fn fingerprints_differ_when_views_differ() {
         let a = Partitioner::new(Scheme::Striped, 100, 4);
-        assert_eq!(a.fingerprint(), Partitioner::new(Scheme::Striped, 100, 4).fingerprint());
-        assert_ne!(a.fingerprint(), Partitioner::new(Scheme::Striped, 101, 4).fingerprint());
-        assert_ne!(a.fingerprint(), Partitioner::new(Scheme::Block, 100, 4).fingerprint());
-        assert_ne!(a.fingerprint(), Partitioner::new(Scheme::Striped, 100, 3).fingerprint());
+        assert_eq!(
+            a.fingerprint(),
+            Partitioner::new(Scheme::Striped, 100, 4).fingerprint()
+        );
+        assert_ne!(
+            a.fingerprint(),
+            Partitioner::new(Scheme::Striped, 101, 4).fingerprint()
+        );
+        assert_ne!(
+            a.fingerprint(),
+            Partitioner::new(Scheme::Block, 100, 4).fingerprint()
+        );
+        assert_ne!(
+            a.fingerprint(),
+            Partitioner::new(Scheme::Striped, 100, 3).fingerprint()
+        );
     }
 }

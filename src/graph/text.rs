@@ -94,7 +94,11 @@ pub struct Converted {
 pub fn convert(input: &Path, output: &Path, directed: bool, string_ids: bool) -> Result<Converted> {
     let f = std::fs::File::open(input).map_err(|e| Error::io(input, e))?;
     let reader = BufReader::with_capacity(1 << 20, f);
-    let mut ids = if string_ids { Ids::strings() } else { Ids::Numeric };
+    let mut ids = if string_ids {
+        Ids::strings()
+    } else {
+        Ids::Numeric
+    };
     let mut writer: Option<EdgeWriter> = None;
     let mut weighted = false;
     let mut line = String::new();
@@ -102,7 +106,9 @@ pub fn convert(input: &Path, output: &Path, directed: bool, string_ids: bool) ->
     let mut no = 0u64;
     loop {
         line.clear();
-        let n = reader.read_line(&mut line).map_err(|e| Error::io(input, e))?;
+        let n = reader
+            .read_line(&mut line)
+            .map_err(|e| Error::io(input, e))?;
         if n == 0 {
             break;
         }
@@ -138,7 +144,10 @@ pub fn convert(input: &Path, output: &Path, directed: bool, string_ids: bool) ->
         })?;
     }
     let Some(wr) = writer else {
-        return Err(Error::bad_input(input, "no edges found (empty file or only comments)"));
+        return Err(Error::bad_input(
+            input,
+            "no edges found (empty file or only comments)",
+        ));
     };
     let (num_nodes, num_edges) = match &ids {
         Ids::Numeric => wr.finish(None, directed, None)?,
@@ -160,7 +169,10 @@ mod tests {
     fn parses_the_accepted_forms() {
         let mut ids = Ids::Numeric;
         assert_eq!(parse_line("1 2", &mut ids).unwrap(), Some((1, 2, None)));
-        assert_eq!(parse_line("3\t4\t0.5\n", &mut ids).unwrap(), Some((3, 4, Some(0.5))));
+        assert_eq!(
+            parse_line("3\t4\t0.5\n", &mut ids).unwrap(),
+            Some((3, 4, Some(0.5)))
+        );
         assert_eq!(parse_line("5,6", &mut ids).unwrap(), Some((5, 6, None)));
         assert_eq!(parse_line("# comment", &mut ids).unwrap(), None);
         assert_eq!(parse_line("% comment", &mut ids).unwrap(), None);
@@ -171,12 +183,24 @@ mod tests {
     fn rejects_malformed_lines_with_reasons() {
         let mut ids = Ids::Numeric;
         assert!(parse_line("1", &mut ids).unwrap_err().contains("one field"));
-        assert!(parse_line("a b", &mut ids).unwrap_err().contains("--string-ids"));
-        assert!(parse_line("-1 2", &mut ids).unwrap_err().contains("non-negative"));
-        assert!(parse_line("1 2 x", &mut ids).unwrap_err().contains("not a number"));
-        assert!(parse_line("1 2 NaN", &mut ids).unwrap_err().contains("finite"));
-        assert!(parse_line("1 2 -3", &mut ids).unwrap_err().contains("non-negative"));
-        assert!(parse_line("1 2 3 4", &mut ids).unwrap_err().contains("more than 3"));
+        assert!(parse_line("a b", &mut ids)
+            .unwrap_err()
+            .contains("--string-ids"));
+        assert!(parse_line("-1 2", &mut ids)
+            .unwrap_err()
+            .contains("non-negative"));
+        assert!(parse_line("1 2 x", &mut ids)
+            .unwrap_err()
+            .contains("not a number"));
+        assert!(parse_line("1 2 NaN", &mut ids)
+            .unwrap_err()
+            .contains("finite"));
+        assert!(parse_line("1 2 -3", &mut ids)
+            .unwrap_err()
+            .contains("non-negative"));
+        assert!(parse_line("1 2 3 4", &mut ids)
+            .unwrap_err()
+            .contains("more than 3"));
     }
 
     #[test]
@@ -184,7 +208,9 @@ mod tests {
         let mut ids = Ids::strings();
         assert_eq!(parse_line("b a", &mut ids).unwrap(), Some((0, 1, None)));
         assert_eq!(parse_line("a c", &mut ids).unwrap(), Some((1, 2, None)));
-        let Ids::Strings { names, .. } = ids else { unreachable!() };
+        let Ids::Strings { names, .. } = ids else {
+            unreachable!()
+        };
         assert_eq!(names, ["b", "a", "c"]);
     }
 

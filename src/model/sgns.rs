@@ -27,7 +27,8 @@ pub fn accumulate(
         let c = c as usize;
         let vc = &rows[c * dim..(c + 1) * dim];
         gc.iter_mut().for_each(|g| *g = 0.0);
-        let targets = std::iter::once((x, 1.0f32)).chain(negs[i * k..(i + 1) * k].iter().map(|&n| (n, 0.0)));
+        let targets =
+            std::iter::once((x, 1.0f32)).chain(negs[i * k..(i + 1) * k].iter().map(|&n| (n, 0.0)));
         for (t, label) in targets {
             if t == SKIP {
                 continue;
@@ -35,7 +36,11 @@ pub fn accumulate(
             let t = t as usize;
             let ut = &rows[t * dim..(t + 1) * dim];
             let s = dot(ut, vc).clamp(-MAX_SCORE, MAX_SCORE);
-            loss += f64::from(if label > 0.0 { softplus_neg(s) } else { softplus_neg(-s) });
+            loss += f64::from(if label > 0.0 {
+                softplus_neg(s)
+            } else {
+                softplus_neg(-s)
+            });
             let g = sigmoid(s) - label;
             axpy(g, ut, &mut gc);
             axpy(g, vc, &mut grads[t * dim..(t + 1) * dim]);
@@ -59,7 +64,9 @@ mod tests {
         let dim = 5;
         let mut rng = crate::sample::rng_for(3, 0, 0);
         use rand::RngExt;
-        let rows: Vec<f32> = (0..6 * dim).map(|_| rng.random_range(-0.6f32..0.6)).collect();
+        let rows: Vec<f32> = (0..6 * dim)
+            .map(|_| rng.random_range(-0.6f32..0.6))
+            .collect();
         // slot 0 and 1 centers; slot 2..5 contexts/negatives; one pair shares a center row with
         // another and one negative is skipped; LINE-1 style pair (row used as center and target).
         let pairs = [[0u32, 2], [1, 3], [0, 4], [5, 1]];
@@ -72,7 +79,8 @@ mod tests {
             let (mut a, mut b) = (rows.clone(), rows.clone());
             a[i] += h;
             b[i] -= h;
-            let fd = (loss_of(&a, dim, &pairs, &negs, k) - loss_of(&b, dim, &pairs, &negs, k)) / (2.0 * f64::from(h));
+            let fd = (loss_of(&a, dim, &pairs, &negs, k) - loss_of(&b, dim, &pairs, &negs, k))
+                / (2.0 * f64::from(h));
             assert!(
                 (fd - f64::from(grads[i])).abs() < 2e-3,
                 "entry {i}: finite difference {fd} vs analytic {}",
@@ -109,7 +117,13 @@ pub fn batch_gradients(
     let nslots = rows.len() / dim;
     let t1 = 1 + k;
     let row = |s: u32| &rows[s as usize * dim..(s as usize + 1) * dim];
-    let target = |p: usize, j: usize| if j == 0 { pairs[p][1] } else { negs[p * k + j - 1] };
+    let target = |p: usize, j: usize| {
+        if j == 0 {
+            pairs[p][1]
+        } else {
+            negs[p * k + j - 1]
+        }
+    };
     let mut coef = vec![0f32; pairs.len() * t1];
     let loss: f64 = coef
         .par_chunks_mut(t1)
@@ -124,7 +138,11 @@ pub fn batch_gradients(
                 }
                 let s = dot(row(t), vc).clamp(-MAX_SCORE, MAX_SCORE);
                 let label = if j == 0 { 1.0 } else { 0.0 };
-                loss += f64::from(if j == 0 { softplus_neg(s) } else { softplus_neg(-s) });
+                loss += f64::from(if j == 0 {
+                    softplus_neg(s)
+                } else {
+                    softplus_neg(-s)
+                });
                 *c = sigmoid(s) - label;
             }
             loss
@@ -176,12 +194,25 @@ mod batch_tests {
     fn batch_gradients_equal_the_sequential_kernel() {
         let (dim, nslots, k) = (16, 50, 3);
         let mut rng = crate::sample::rng_for(9, 0, 0);
-        let rows: Vec<f32> = (0..nslots * dim).map(|_| rng.random_range(-0.5f32..0.5)).collect();
+        let rows: Vec<f32> = (0..nslots * dim)
+            .map(|_| rng.random_range(-0.5f32..0.5))
+            .collect();
         let pairs: Vec<[u32; 2]> = (0..400)
-            .map(|_| [rng.random_range(0..nslots as u32), rng.random_range(0..nslots as u32)])
+            .map(|_| {
+                [
+                    rng.random_range(0..nslots as u32),
+                    rng.random_range(0..nslots as u32),
+                ]
+            })
             .collect();
         let negs: Vec<u32> = (0..400 * k)
-            .map(|i| if i % 7 == 0 { SKIP } else { rng.random_range(0..nslots as u32) })
+            .map(|i| {
+                if i % 7 == 0 {
+                    SKIP
+                } else {
+                    rng.random_range(0..nslots as u32)
+                }
+            })
             .collect();
         let mut want = vec![0f32; rows.len()];
         let l1 = accumulate(&rows, dim, &pairs, &negs, k, &mut want);

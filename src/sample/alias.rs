@@ -12,7 +12,7 @@ impl AliasTable {
     pub fn new(weights: &[f64]) -> Option<AliasTable> {
         let n = weights.len();
         let total: f64 = weights.iter().sum();
-        if n == 0 || !(total > 0.0) || !total.is_finite() {
+        if n == 0 || total.is_nan() || total <= 0.0 || total.is_infinite() {
             return None;
         }
         assert!(n <= u32::MAX as usize, "alias table over 2^32 entries");
@@ -44,7 +44,7 @@ impl AliasTable {
     #[inline]
     pub fn sample(&self, rng: &mut super::Rng) -> usize {
         let r = rng.next_u64();
-        let i = ((r >> 32) * self.prob.len() as u64 >> 32) as usize;
+        let i = (((r >> 32) * self.prob.len() as u64) >> 32) as usize;
         let u = (r as u32 >> 8) as f32 * (1.0 / (1u32 << 24) as f32);
         if u < self.prob[i] {
             i

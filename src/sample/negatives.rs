@@ -23,7 +23,9 @@ impl NegativePool {
     /// Collective. `weight(i)` is the unnormalised probability of local node `i`
     /// (degree^0.75 by default).
     pub fn new(comm: &Comm, g: &LocalGraph, pool_size: usize, power: f64) -> NegativePool {
-        let w: Vec<f64> = (0..g.num_local()).map(|i| g.weighted_degree(i).powf(power)).collect();
+        let w: Vec<f64> = (0..g.num_local())
+            .map(|i| g.weighted_degree(i).powf(power))
+            .collect();
         let mass: f64 = w.iter().sum();
         let total = comm.all_reduce_f64(&[mass], crate::comm::ReduceOp::Sum)[0];
         NegativePool {
@@ -62,7 +64,7 @@ impl NegativePool {
     #[inline]
     pub fn draw(&self, rng: &mut Rng) -> u64 {
         let r = rng.next_u64();
-        self.pool[((r >> 32) * self.pool.len() as u64 >> 32) as usize]
+        self.pool[(((r >> 32) * self.pool.len() as u64) >> 32) as usize]
     }
 
     pub fn is_empty(&self) -> bool {

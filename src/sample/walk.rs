@@ -52,7 +52,9 @@ impl Walker {
         let step = u32::from_le_bytes(b[24..28].try_into().expect("4 bytes"));
         let visited = b[28] != 0;
         let n = b[29] as usize;
-        let hist = (0..n).map(|k| (u64_at(30 + 9 * k), u32::from(b[38 + 9 * k]))).collect();
+        let hist = (0..n)
+            .map(|k| (u64_at(30 + 9 * k), u32::from(b[38 + 9 * k])))
+            .collect();
         let w = Walker {
             id: u64_at(0),
             prev: u64_at(8),
@@ -98,7 +100,13 @@ pub struct WalkEngine {
 
 impl WalkEngine {
     /// `subsample` is word2vec's `sample` (0 disables). Collective (global degree sum).
-    pub fn new(comm: &Comm, g: &LocalGraph, params: WalkParams, subsample: f64, rng: &mut Rng) -> Self {
+    pub fn new(
+        comm: &Comm,
+        g: &LocalGraph,
+        params: WalkParams,
+        subsample: f64,
+        rng: &mut Rng,
+    ) -> Self {
         let n = g.num_local();
         let mut order: Vec<u32> = (0..n as u32).collect();
         for i in (1..n).rev() {
@@ -181,11 +189,10 @@ impl WalkEngine {
                 Move::Ask(x) => asks.push((g.part.owner(w.prev), w, x)),
             }
         }
-        if self.params.node2vec.is_some() {
+        if let Some((p, q)) = self.params.node2vec {
             // Every rank takes part in the query round, with or without queries of its own.
             let answers = resolve_queries(comm, g, &asks);
             for ((_, w, x), yes) in asks.into_iter().zip(answers) {
-                let (p, q) = self.params.node2vec.expect("node2vec");
                 let a_max = (1.0 / p).max(1.0).max(1.0 / q);
                 let a = if yes { 1.0 } else { 1.0 / q };
                 if rng.random::<f32>() * a_max < a {
@@ -286,7 +293,7 @@ enum Move {
 fn pick_neighbor(g: &LocalGraph, local: usize, rng: &mut Rng) -> u64 {
     let nb = g.neighbors(local);
     match g.cum_weights(local) {
-        None => nb[((rng.next_u64() >> 32) * nb.len() as u64 >> 32) as usize],
+        None => nb[(((rng.next_u64() >> 32) * nb.len() as u64) >> 32) as usize],
         Some(c) => {
             let total = *c.last().expect("non-empty adjacency");
             let r = rng.random::<f32>() * total;

@@ -243,7 +243,9 @@ impl<'a> Trainer<'a> {
         let total_mass = self.comm.all_reduce_f64(&[mass], ReduceOp::Sum)[0];
         let n = self.comm.size() as f64;
         let total_samples = cfg.line_samples * g.file_edges as f64 * f64::from(cfg.epochs);
-        let steps = (total_samples / (cfg.batch_size as f64 * n)).ceil().max(1.0) as u64;
+        let steps = (total_samples / (cfg.batch_size as f64 * n))
+            .ceil()
+            .max(1.0) as u64;
         let my_batch = cfg.batch_size as f64 * n * mass / total_mass.max(1e-300);
         let mut rng = rng_for(cfg.seed, self.comm.rank(), 4);
         let mut pairs = Vec::new();
@@ -311,8 +313,16 @@ impl<'a> Trainer<'a> {
         for &(c, x) in pairs {
             pidx.push([slot(c << 1), slot((x << 1) | tm)]);
             for _ in 0..k {
-                let n = if self.neg.is_empty() { x } else { self.neg.draw(&mut self.rng) };
-                nidx.push(if n == x { sgns::SKIP } else { slot((n << 1) | tm) });
+                let n = if self.neg.is_empty() {
+                    x
+                } else {
+                    self.neg.draw(&mut self.rng)
+                };
+                nidx.push(if n == x {
+                    sgns::SKIP
+                } else {
+                    slot((n << 1) | tm)
+                });
             }
         }
         self.m.seconds.sample += t.secs();
@@ -321,7 +331,8 @@ impl<'a> Trainer<'a> {
         let t = Timer::start();
         let nslots = keys.len();
         let mut rows = vec![0f32; nslots * dim];
-        let mut remote: Vec<Vec<Vec<(u32, u32)>>> = vec![vec![Vec::new(); comm.size()]; self.shards.len()];
+        let mut remote: Vec<Vec<Vec<(u32, u32)>>> =
+            vec![vec![Vec::new(); comm.size()]; self.shards.len()];
         let mut local: Vec<Vec<(u32, u32)>> = vec![Vec::new(); self.shards.len()];
         for (s, &key) in keys.iter().enumerate() {
             let (owner, row) = g.part.locate(key >> 1);
@@ -337,7 +348,11 @@ impl<'a> Trainer<'a> {
             shard.window.with_local(|bytes| {
                 for &(s, r) in &local[m] {
                     let (s, r) = (s as usize, r as usize);
-                    decode_row(shard.dtype, &bytes[r * rb..(r + 1) * rb], &mut rows[s * dim..(s + 1) * dim]);
+                    decode_row(
+                        shard.dtype,
+                        &bytes[r * rb..(r + 1) * rb],
+                        &mut rows[s * dim..(s + 1) * dim],
+                    );
                 }
             });
             self.m.local_rows += local[m].len() as u64;
@@ -356,14 +371,22 @@ impl<'a> Trainer<'a> {
                 continue;
             }
             let mut buf = vec![0u8; count * rb];
-            shard
-                .window
-                .get_rows(comm.watchdog(), &requests, rb, cfg.request_batch_size, &mut buf);
+            shard.window.get_rows(
+                comm.watchdog(),
+                &requests,
+                rb,
+                cfg.request_batch_size,
+                &mut buf,
+            );
             let mut i = 0;
             for (o, _) in &requests {
                 for &(s, _) in &remote[m][*o] {
                     let s = s as usize;
-                    decode_row(shard.dtype, &buf[i * rb..(i + 1) * rb], &mut rows[s * dim..(s + 1) * dim]);
+                    decode_row(
+                        shard.dtype,
+                        &buf[i * rb..(i + 1) * rb],
+                        &mut rows[s * dim..(s + 1) * dim],
+                    );
                     i += 1;
                 }
             }
@@ -422,25 +445,40 @@ impl<'a> Trainer<'a> {
             shard.apply(
                 &self.opt,
                 lr,
-                mine[m].iter().map(|&(r, s)| (r, &grads[s as usize * dim..(s as usize + 1) * dim])),
+                mine[m]
+                    .iter()
+                    .map(|&(r, s)| (r, &grads[s as usize * dim..(s as usize + 1) * dim])),
             );
         }
         // Received rows: [row | matrix << 31][dim x f32], in rank order (deterministic).
         let rec = 4 + 4 * dim;
-        let mut theirs: Vec<(Vec<u32>, Vec<f32>)> = vec![(Vec::new(), Vec::new()); self.shards.len()];
+        let mut theirs: Vec<(Vec<u32>, Vec<f32>)> =
+            vec![(Vec::new(), Vec::new()); self.shards.len()];
         for b in &recv {
             for r in b.chunks_exact(rec) {
                 let head = u32::from_le_bytes(r[..4].try_into().expect("4 bytes"));
                 let (m, row) = ((head >> 31) as usize, head & 0x7fff_ffff);
                 if m >= self.shards.len() || row as usize >= self.shards[m].rows {
-                    fatal(comm, Some(self.step), &"received a gradient for a row this rank does not own");
+                    fatal(
+                        comm,
+                        Some(self.step),
+                        &"received a gradient for a row this rank does not own",
+                    );
                 }
                 theirs[m].0.push(row);
-                theirs[m].1.extend(r[4..].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))));
+                theirs[m].1.extend(
+                    r[4..]
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))),
+                );
             }
         }
         for (m, (rows, gs)) in theirs.iter().enumerate() {
-            self.shards[m].apply(&self.opt, lr, rows.iter().copied().zip(gs.chunks_exact(dim)));
+            self.shards[m].apply(
+                &self.opt,
+                lr,
+                rows.iter().copied().zip(gs.chunks_exact(dim)),
+            );
         }
         self.m.seconds.apply += t.secs();
         self.m.steps += 1;

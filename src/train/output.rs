@@ -19,7 +19,13 @@ use crate::store::{decode_row, Shard};
 /// Rows written per hyperslab (bounds the conversion buffer).
 const WRITE_ROWS: usize = 1 << 18;
 
-pub fn write_embeddings(comm: &Comm, path: &Path, g: &LocalGraph, shard: &Shard, cfg: &TrainConfig) -> Result<()> {
+pub fn write_embeddings(
+    comm: &Comm,
+    path: &Path,
+    g: &LocalGraph,
+    shard: &Shard,
+    cfg: &TrainConfig,
+) -> Result<()> {
     let n = g.num_nodes() as usize;
     let dim = shard.dim;
     let created = if comm.rank() == 0 {
@@ -29,7 +35,11 @@ pub fn write_embeddings(comm: &Comm, path: &Path, g: &LocalGraph, shard: &Shard,
     };
     agree(comm, created)?;
     for r in 0..comm.size() {
-        let res = if r == comm.rank() { write_rows(path, g, shard) } else { Ok(()) };
+        let res = if r == comm.rank() {
+            write_rows(path, g, shard)
+        } else {
+            Ok(())
+        };
         agree(comm, res)?;
     }
     Ok(())
@@ -60,7 +70,9 @@ fn create(path: &Path, n: usize, dim: usize, cfg: &TrainConfig, ranks: usize) ->
 
 fn write_rows(path: &Path, g: &LocalGraph, shard: &Shard) -> Result<()> {
     let f = hdf5::File::open_rw(path).map_err(|e| Error::hdf5(path, "open output", e))?;
-    let ds = f.dataset("embeddings").map_err(|e| Error::hdf5(path, "open embeddings", e))?;
+    let ds = f
+        .dataset("embeddings")
+        .map_err(|e| Error::hdf5(path, "open embeddings", e))?;
     let (dim, rb, rows) = (shard.dim, shard.row_bytes(), shard.rows);
     let (rank, ranks) = (g.rank, g.part.ranks());
     shard.window.with_local(|bytes| -> Result<()> {
@@ -99,7 +111,10 @@ pub fn read_embeddings(path: &Path) -> Result<(usize, usize, Vec<f32>)> {
         .map_err(|_| Error::bad_input(path, "missing dataset 'embeddings' (num_nodes x dim)"))?;
     let shape = ds.shape();
     if shape.len() != 2 {
-        return Err(Error::bad_input(path, format!("'embeddings' must be 2-D, found shape {shape:?}")));
+        return Err(Error::bad_input(
+            path,
+            format!("'embeddings' must be 2-D, found shape {shape:?}"),
+        ));
     }
     let data = ds
         .read_raw::<f32>()
@@ -107,7 +122,11 @@ pub fn read_embeddings(path: &Path) -> Result<(usize, usize, Vec<f32>)> {
     if let Some(i) = data.iter().position(|x| !x.is_finite()) {
         return Err(Error::bad_input(
             path,
-            format!("embeddings contain a non-finite value at row {}, column {}", i / shape[1], i % shape[1]),
+            format!(
+                "embeddings contain a non-finite value at row {}, column {}",
+                i / shape[1],
+                i % shape[1]
+            ),
         ));
     }
     Ok((shape[0], shape[1], data))
