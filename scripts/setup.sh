@@ -4,7 +4,7 @@
 # with numpy/scikit-learn for the optional cross-checks in bench/.
 set -euo pipefail
 
-pkgs=(openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools libclang-dev clang pkg-config make)
+pkgs=(openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools libclang-dev clang pkg-config make time)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

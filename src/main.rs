@@ -258,11 +258,15 @@ fn info(comm: &Comm, i: &InfoCmd) -> Result<()> {
     let g = csr::load(comm, &i.graph, scheme, csr::LOAD_CHUNK_EDGES)?;
     let secs = t.elapsed().as_secs_f64();
     let s = csr::stats(comm, &g);
+    let rss = comm.max_u64(graphscale::stats::peak_rss_bytes());
     if comm.rank() == 0 {
         if i.json {
+            let mut v = serde_json::to_value(&s).expect("stats serialize");
+            v["load_seconds"] = serde_json::json!(secs);
+            v["peak_rss_bytes_max_rank"] = serde_json::json!(rss);
             println!(
                 "{}",
-                serde_json::to_string_pretty(&s).expect("stats serialize")
+                serde_json::to_string_pretty(&v).expect("stats serialize")
             );
         } else {
             println!("graph            {}", i.graph.display());
@@ -298,6 +302,10 @@ fn info(comm: &Comm, i: &InfoCmd) -> Result<()> {
                 "load             {:.2} s ({:.0} edges/s)",
                 secs,
                 s.file_edges as f64 / secs.max(1e-9)
+            );
+            println!(
+                "peak RSS         {} (largest rank)",
+                graphscale::stats::human_bytes(rss)
             );
         }
     }
