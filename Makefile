@@ -27,8 +27,8 @@ lint: setup
 	cargo clippy --all-targets -- -D warnings
 
 test: lint
-	cargo build --release
-	cargo test --all-targets -- --test-threads=2
+	cargo test --lib --bins --tests
+	cargo bench --bench kernels --no-run
 
 bench: build
 	bash bench/run_benchmarks.sh
