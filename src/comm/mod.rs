@@ -107,7 +107,6 @@ impl Comm {
                 reduce(
                     parts.iter().map(|p| decode_u64(p)),
                     v.len(),
-                    op,
                     0u64,
                     |a, b| match op {
                         ReduceOp::Sum => a.wrapping_add(b),
@@ -131,7 +130,7 @@ impl Comm {
                         .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
                         .collect::<Vec<_>>()
                 });
-                reduce(decoded, v.len(), op, 0.0, |a, b| match op {
+                reduce(decoded, v.len(), 0.0, |a, b| match op {
                     ReduceOp::Sum => a + b,
                     ReduceOp::Max => a.max(b),
                     ReduceOp::Min => a.min(b),
@@ -169,7 +168,6 @@ impl Comm {
 fn reduce<T: Copy>(
     parts: impl Iterator<Item = Vec<T>>,
     n: usize,
-    op: ReduceOp,
     zero: T,
     f: impl Fn(T, T) -> T,
 ) -> Vec<T> {
@@ -181,7 +179,6 @@ fn reduce<T: Copy>(
             Some(a) => a.iter().zip(&p).map(|(&x, &y)| f(x, y)).collect(),
         });
     }
-    let _ = op;
     acc.unwrap_or_else(|| vec![zero; n])
 }
 
