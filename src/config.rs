@@ -120,7 +120,8 @@ pub struct RawTrain {
     /// Compute threads per rank (default: all cores / ranks on the node)
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Gradient pushes that may be outstanding (0 = apply before the next step)
+    /// Batches whose gradients may be outstanding: 0 applies each batch before the next fetch,
+    /// 1 (default) computes a batch while the next one is sampled and fetched
     #[arg(long)]
     pub max_staleness: Option<u32>,
     #[arg(long)]
@@ -395,7 +396,7 @@ impl TrainConfig {
             threads: r
                 .threads
                 .unwrap_or_else(|| (cores / ranks_on_this_node()).max(1)),
-            max_staleness: r.max_staleness.unwrap_or(0),
+            max_staleness: r.max_staleness.unwrap_or(1),
             seed: r.seed.unwrap_or(0),
             partition: match r.partition {
                 None => Scheme::Striped,
@@ -439,6 +440,10 @@ impl TrainConfig {
             "--request-batch-size must be at least 1",
         );
         need(self.threads > 0, "--threads must be at least 1");
+        need(
+            self.max_staleness <= 1,
+            "--max-staleness must be 0 (apply before the next fetch) or 1 (overlap one batch)",
+        );
         need(
             (0.0..1.0).contains(&self.momentum),
             "--momentum must be in [0, 1)",

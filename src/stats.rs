@@ -14,6 +14,8 @@ pub struct Phases {
     pub compute: f64,
     pub push: f64,
     pub apply: f64,
+    /// Waiting for the compute pool (compute not hidden behind sampling and fetching).
+    pub wait: f64,
     pub output: f64,
 }
 
@@ -92,13 +94,14 @@ pub fn summary_table(all: &[RankMetrics]) -> String {
         (max, mean)
     };
     s.push_str("phase        max s     mean s\n");
-    let rows: [(&str, Getter); 7] = [
+    let rows: [(&str, Getter); 8] = [
         ("load", |m| m.seconds.load),
         ("sample", |m| m.seconds.sample),
         ("fetch", |m| m.seconds.fetch),
         ("compute", |m| m.seconds.compute),
         ("push", |m| m.seconds.push),
         ("apply", |m| m.seconds.apply),
+        ("wait", |m| m.seconds.wait),
         ("output", |m| m.seconds.output),
     ];
     for (name, f) in rows {

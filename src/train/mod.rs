@@ -55,6 +55,24 @@ pub struct Trainer<'a> {
     local_slot: Vec<Vec<(u64, u32)>>,
     remote_slot: FxHashMap<u64, u32>,
     stamp: u64,
+    /// A batch whose gradients are being computed (staleness 1).
+    pending: Option<Pending>,
+}
+
+/// A planned and fetched batch: unique row keys (node << 1 | matrix), pair and negative slots,
+/// and the rows as f32.
+struct Batch {
+    keys: Vec<u64>,
+    pidx: Vec<[u32; 2]>,
+    nidx: Vec<u32>,
+    rows: Vec<f32>,
+}
+
+/// A batch on the pool: its keys, and where its (gradients, loss, compute seconds) arrive.
+struct Pending {
+    keys: Vec<u64>,
+    pairs: usize,
+    rx: std::sync::mpsc::Receiver<(Vec<f32>, f64, f64)>,
 }
 
 /// Collective: load the graph, allocate storage, train, write the output.
@@ -168,6 +186,7 @@ impl<'a> Trainer<'a> {
             local_slot: vec![vec![(0, 0); rows]; 2],
             remote_slot: FxHashMap::default(),
             stamp: 0,
+            pending: None,
         })
     }
 
@@ -223,6 +242,7 @@ impl<'a> Trainer<'a> {
                 }
             }
         }
+        self.drain(self.lr_at(1.0));
     }
 
     fn train_line(&mut self) {
@@ -268,6 +288,7 @@ impl<'a> Trainer<'a> {
             self.train_step(&pairs, lr);
             progress.tick(p, &self.m, lr);
         }
+        self.drain(self.lr_at(1.0));
     }
 
     /// One collective step over this rank's `pairs` (center, context).
@@ -395,11 +416,67 @@ impl<'a> Trainer<'a> {
         }
         self.m.seconds.fetch += t.secs();
 
-        // Compute: chunks of pairs on the pool, each into its own gradient buffer, then summed.
+        let batch = Batch {
+            keys,
+            pidx,
+            nidx,
+            rows,
+        };
+        let pending = self.launch(batch);
+        if self.cfg.max_staleness == 0 {
+            self.finish(pending, lr);
+        } else {
+            // Compute of this batch runs on the pool while the next batch is sampled and
+            // fetched; its push and apply happen after that fetch (staleness 1).
+            if let Some(prev) = self.pending.replace(pending) {
+                self.finish(prev, lr);
+            }
+        }
+    }
+
+    /// Apply the batch still in flight, if any (end of training).
+    pub fn drain(&mut self, lr: f32) {
+        if let Some(prev) = self.pending.take() {
+            self.finish(prev, lr);
+        }
+    }
+
+    /// Start computing a batch's gradients on the pool; returns at once.
+    fn launch(&self, b: Batch) -> Pending {
+        let (dim, k) = (self.cfg.dim, self.cfg.negatives as usize);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let pairs = b.pidx.len();
+        let Batch {
+            keys,
+            pidx,
+            nidx,
+            rows,
+        } = b;
+        self.pool.spawn(move || {
+            let t = Timer::start();
+            let (grads, loss) = sgns::batch_gradients(&rows, dim, &pidx, &nidx, k);
+            // The receiver only disappears if the rank is already failing.
+            let _ = tx.send((grads, loss, t.secs()));
+        });
+        Pending { keys, pairs, rx }
+    }
+
+    /// Wait for a launched batch, check it, push its gradients and apply them.
+    fn finish(&mut self, p: Pending, lr: f32) {
+        let (comm, g, dim, k) = (self.comm, self.g, self.cfg.dim, self.cfg.negatives as usize);
+        let me = comm.rank();
         let t = Timer::start();
-        let (grads, loss) = self
-            .pool
-            .install(|| sgns::batch_gradients(&rows, dim, &pidx, &nidx, k));
+        let Ok((grads, loss, compute_secs)) = p.rx.recv() else {
+            fatal(
+                comm,
+                Some(self.step),
+                &"a compute task ended without a result",
+            );
+        };
+        self.m.seconds.wait += t.secs();
+        self.m.seconds.compute += compute_secs;
+        let keys = p.keys;
+        let nslots = keys.len();
         if !loss.is_finite() {
             let bad = (0..nslots)
                 .find(|&s| grads[s * dim..(s + 1) * dim].iter().any(|x| !x.is_finite()))
@@ -413,9 +490,8 @@ impl<'a> Trainer<'a> {
             );
         }
         self.m.loss_sum += loss;
-        self.m.loss_terms += (pidx.len() * (1 + k)) as u64;
-        self.m.pairs += pidx.len() as u64;
-        self.m.seconds.compute += t.secs();
+        self.m.loss_terms += (p.pairs * (1 + k)) as u64;
+        self.m.pairs += p.pairs as u64;
 
         // Push: gradient rows to their owners in one exchange; local rows applied directly.
         let t = Timer::start();
