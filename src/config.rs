@@ -120,8 +120,8 @@ pub struct RawTrain {
     /// Compute threads per rank (default: all cores / ranks on the node)
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Batches whose gradients may be outstanding: 0 applies each batch before the next fetch,
-    /// 1 (default) computes a batch while the next one is sampled and fetched
+    /// Batches whose gradients may be outstanding: 0 (default) applies each batch before the
+    /// next fetch, 1 computes a batch while the next one is sampled and fetched
     #[arg(long)]
     pub max_staleness: Option<u32>,
     #[arg(long)]
@@ -396,7 +396,7 @@ impl TrainConfig {
             threads: r
                 .threads
                 .unwrap_or_else(|| (cores / ranks_on_this_node()).max(1)),
-            max_staleness: r.max_staleness.unwrap_or(1),
+            max_staleness: r.max_staleness.unwrap_or(0),
             seed: r.seed.unwrap_or(0),
             partition: match r.partition {
                 None => Scheme::Striped,
