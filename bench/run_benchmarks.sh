@@ -4,6 +4,7 @@
 #   bench/run_benchmarks.sh gensim    DeepWalk on BlogCatalog: graphscale vs walks+gensim, same run
 # Both by default. Needs a release build (make build) and, for gensim, a Python with
 # numpy scipy scikit-learn gensim numba h5py (PYTHON=..., default /tmp/anchors/bin/python).
+# GS_FLAGS adds graphscale flags (e.g. GS_FLAGS='--max-staleness 1'); WALKS, LENGTH set the corpus.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="${BIN:-target/release/graphscale}"
@@ -48,7 +49,7 @@ if [[ "$what" == gensim || "$what" == all ]]; then
   "$BIN" convert "$DATA/blogcatalog/edges.tsv" -o "$WORK/blog.h5" > /dev/null
   start=$(date +%s.%N)
   /usr/bin/env time -f '%M' -o "$WORK/gs.rss" "$BIN" --graph "$WORK/blog.h5" --walks-per-node "$W" --walk-length "$L" \
-    --window 10 --dim 128 --negatives 5 --threads 2 -o "$WORK/gs_emb.h5" --metrics "$WORK/gs_metrics.jsonl" 2> "$WORK/gs.log"
+    --window 10 --dim 128 --negatives 5 --threads 2 ${GS_FLAGS:-} -o "$WORK/gs_emb.h5" --metrics "$WORK/gs_metrics.jsonl" 2> "$WORK/gs.log"
   end=$(date +%s.%N)
   "$BIN" eval nodeclf --embeddings "$WORK/gs_emb.h5" --labels "$DATA/blogcatalog/labels.tsv" --repeats 5 --json > "$WORK/gs_f1.json"
   if [[ -x "$PY" ]] && "$PY" -c "import gensim" 2>/dev/null; then
@@ -66,7 +67,7 @@ w, start, end, out = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.ar
 ms = [json.loads(l) for l in open(os.path.join(w, "gs_metrics.jsonl"))]
 pairs = sum(m["pairs"] for m in ms); train = max(m["train_seconds"] for m in ms)
 tokens = sum(m["tokens"] for m in ms)
-res = {"graphscale": {"wall_seconds": end - start, "train_seconds": train, "pairs_per_second": pairs / train,
+res = {"graphscale": {"flags": os.environ.get("GS_FLAGS", ""), "wall_seconds": end - start, "train_seconds": train, "pairs_per_second": pairs / train,
        "tokens_per_second": tokens / train, "peak_rss_kib": int(open(os.path.join(w, "gs.rss")).read().split()[-1]),
        "f1": json.load(open(os.path.join(w, "gs_f1.json")))["results"]}}
 if os.path.exists(os.path.join(w, "base.json")):
