@@ -285,3 +285,34 @@ fn bad_configs_are_refused_on_every_rank_before_training() {
         o.stderr
     );
 }
+
+#[test]
+fn a_diverging_run_aborts_naming_the_step_and_a_node() {
+    let d = tmp();
+    let (g, _) = sbm(d.path(), 300, 3);
+    let args = [
+        "--graph",
+        s(&g),
+        "--lr",
+        "1e30",
+        "--walks-per-node",
+        "2",
+        "--walk-length",
+        "10",
+        "--dim",
+        "8",
+    ];
+    let o = run(60, &args);
+    assert_ne!(o.code, 0, "{}", o.all());
+    assert!(
+        o.stderr.contains("non-finite loss") && o.stderr.contains("at step"),
+        "{}",
+        o.stderr
+    );
+    let mut mpi_args = args.to_vec();
+    mpi_args.extend_from_slice(&["--comm-timeout", "20"]);
+    let o = mpirun(2, 90, &mpi_args);
+    assert_ne!(o.code, 0, "{}", o.all());
+    assert_ne!(o.code, 124, "the job hung: {}", o.all());
+    assert!(o.stderr.contains("non-finite loss"), "{}", o.stderr);
+}
