@@ -117,6 +117,9 @@ pub struct RawTrain {
     /// Row ids merged into one one-sided request
     #[arg(long)]
     pub request_batch_size: Option<usize>,
+    /// Pairs that share one draw of negatives (1 = independent negatives, word2vec)
+    #[arg(long)]
+    pub shared_negatives: Option<usize>,
     /// Compute threads per rank (default: all cores / ranks on the node)
     #[arg(long)]
     pub threads: Option<usize>,
@@ -179,6 +182,7 @@ struct FileCompute {
     batch_size: Option<usize>,
     request_batch_size: Option<usize>,
     max_staleness: Option<u32>,
+    shared_negatives: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -246,6 +250,7 @@ impl RawTrain {
             subsample: f.training.subsample,
             batch_size: f.compute.batch_size,
             request_batch_size: f.compute.request_batch_size,
+            shared_negatives: f.compute.shared_negatives,
             threads: f.compute.threads,
             max_staleness: f.compute.max_staleness,
             seed: f.training.seed,
@@ -281,6 +286,7 @@ impl RawTrain {
             subsample,
             batch_size,
             request_batch_size,
+            shared_negatives,
             threads,
             max_staleness,
             seed,
@@ -316,6 +322,7 @@ pub struct TrainConfig {
     pub subsample: f64,
     pub batch_size: usize,
     pub request_batch_size: usize,
+    pub shared_negatives: usize,
     pub threads: usize,
     pub max_staleness: u32,
     pub seed: u64,
@@ -393,6 +400,7 @@ impl TrainConfig {
             subsample: r.subsample.unwrap_or(1e-3),
             batch_size: r.batch_size.unwrap_or(16384),
             request_batch_size: r.request_batch_size.unwrap_or(4096),
+            shared_negatives: r.shared_negatives.unwrap_or(1),
             threads: r
                 .threads
                 .unwrap_or_else(|| (cores / ranks_on_this_node()).max(1)),
@@ -440,6 +448,10 @@ impl TrainConfig {
             "--request-batch-size must be at least 1",
         );
         need(self.threads > 0, "--threads must be at least 1");
+        need(
+            self.shared_negatives > 0,
+            "--shared-negatives must be at least 1",
+        );
         need(
             self.max_staleness <= 1,
             "--max-staleness must be 0 (apply before the next fetch) or 1 (overlap one batch)",

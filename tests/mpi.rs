@@ -236,7 +236,7 @@ fn deepwalk_classifies_planted_blocks_at_1_2_and_4_ranks() {
 fn node2vec_line_and_reduced_precision_train_under_mpi() {
     let d = tmp();
     let (g, l) = sbm(d.path(), 1200, 4);
-    let cases: [&[&str]; 4] = [
+    let cases: [&[&str]; 5] = [
         &["--model", "node2vec", "--p", "0.5", "--q", "2"],
         &[
             "--model",
@@ -252,6 +252,7 @@ fn node2vec_line_and_reduced_precision_train_under_mpi() {
         ],
         &["--dtype", "f16", "--optimizer", "adagrad", "--lr", "0.05"],
         &["--dtype", "bf16", "--partition", "block"],
+        &["--shared-negatives", "32", "--max-staleness", "1"],
     ];
     for extra in cases {
         let f1 = train_and_score(3, &g, &l, d.path(), extra);

@@ -331,20 +331,28 @@ impl<'a> Trainer<'a> {
         };
         let mut pidx = Vec::with_capacity(pairs.len());
         let mut nidx = Vec::with_capacity(pairs.len() * k);
-        for &(c, x) in pairs {
+        // With --shared-negatives B, a chunk of B pairs shares one draw of K negatives
+        // (PyTorch-BigGraph): far fewer distinct rows to plan, fetch and apply per pair.
+        let share = cfg.shared_negatives.max(1);
+        let mut drawn: Vec<(u64, u32)> = Vec::with_capacity(k);
+        for (i, &(c, x)) in pairs.iter().enumerate() {
             pidx.push([slot(c << 1), slot((x << 1) | tm)]);
-            for _ in 0..k {
-                let n = if self.neg.is_empty() {
-                    x
-                } else {
-                    self.neg.draw(&mut self.rng)
-                };
-                nidx.push(if n == x {
-                    sgns::SKIP
-                } else {
-                    slot((n << 1) | tm)
-                });
+            if i % share == 0 {
+                drawn.clear();
+                for _ in 0..k {
+                    let n = if self.neg.is_empty() {
+                        x
+                    } else {
+                        self.neg.draw(&mut self.rng)
+                    };
+                    drawn.push((n, slot((n << 1) | tm)));
+                }
             }
+            nidx.extend(
+                drawn
+                    .iter()
+                    .map(|&(n, sl)| if n == x { sgns::SKIP } else { sl }),
+            );
         }
         self.m.seconds.sample += t.secs();
 
