@@ -2,6 +2,7 @@
 # End-to-end benchmarks. Prints numbers and writes bench/results/*.json.
 #   bench/run_benchmarks.sh load      convert + distributed load of an R-MAT graph (2^20 nodes, 16M edges)
 #   bench/run_benchmarks.sh gensim    DeepWalk on BlogCatalog: graphscale vs walks+gensim, same run
+#   bench/run_benchmarks.sh ranks     DeepWalk on BlogCatalog at 1, 2 and 4 ranks (2 cores shared)
 # Both by default. Needs a release build (make build) and, for gensim, a Python with
 # numpy scipy scikit-learn gensim numba h5py (PYTHON=..., default /tmp/anchors/bin/python).
 # GS_FLAGS adds graphscale flags (e.g. GS_FLAGS='--max-staleness 1'); WALKS, LENGTH set the corpus.
@@ -16,6 +17,34 @@ SCALE="${SCALE:-20}"
 mkdir -p "$OUT" "$WORK"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
 what="${1:-all}"
+
+# DeepWalk on BlogCatalog under mpirun -n R, threads 2/R per rank (1 at R >= 2): pairs/s and F1.
+if [[ "$what" == ranks ]]; then
+  W="${WALKS:-10}" L="${LENGTH:-80}"
+  "$BIN" convert "$DATA/blogcatalog/edges.tsv" -o "$WORK/blog.h5" > /dev/null
+  for n in ${RANKS:-1 2 4}; do
+    t=$(( n == 1 ? 2 : 1 ))
+    mpirun --oversubscribe -n "$n" "$BIN" --graph "$WORK/blog.h5" --walks-per-node "$W" --walk-length "$L" \
+      --window 10 --dim 128 --negatives 5 --threads "$t" --comm-timeout 600 ${GS_FLAGS:-} \
+      -o "$WORK/r${n}_emb.h5" --metrics "$WORK/r${n}_metrics.jsonl" 2> "$WORK/r${n}.log"
+    "$BIN" eval nodeclf --embeddings "$WORK/r${n}_emb.h5" --labels "$DATA/blogcatalog/labels.tsv" --repeats 5 --json > "$WORK/r${n}_f1.json"
+  done
+  python3 - "$WORK" "$OUT/blogcatalog_ranks.json" ${RANKS:-1 2 4} <<'PYEOF'
+import json, os, sys
+w, out, ranks = sys.argv[1], sys.argv[2], sys.argv[3:]
+res = {"flags": os.environ.get("GS_FLAGS", ""), "runs": {}}
+for n in ranks:
+    ms = [json.loads(l) for l in open(os.path.join(w, f"r{n}_metrics.jsonl"))]
+    train = max(m["train_seconds"] for m in ms)
+    f1 = json.load(open(os.path.join(w, f"r{n}_f1.json")))["results"]
+    ph = {k: round(max(m["seconds"][k] for m in ms), 2) for k in ms[0]["seconds"]}
+    res["runs"][n] = {"train_seconds": round(train, 2), "pairs_per_second": round(sum(m["pairs"] for m in ms) / train),
+                      "max_rank_phase_seconds": ph, "micro_f1": {k: round(v["micro_f1"] * 100, 2) for k, v in f1.items()}}
+    print(f"{n} rank(s): {res['runs'][n]['pairs_per_second']} pairs/s, train {train:.1f} s, Micro-F1 {res['runs'][n]['micro_f1']}, phases {ph}")
+json.dump(res, open(out, "w"), indent=1)
+PYEOF
+  exit 0
+fi
 
 if [[ "$what" == load || "$what" == all ]]; then
   echo "== R-MAT scale $SCALE, edge factor 16"

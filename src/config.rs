@@ -138,6 +138,25 @@ pub struct RawTrain {
     /// JSON-lines metrics file (one line per rank and report)
     #[arg(long)]
     pub metrics: Option<PathBuf>,
+    /// Directory for checkpoints (on a filesystem every rank can reach).
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Checkpoint interval: seconds with a unit (`30s`, `10m`, `1h`) or a step count (`5000`).
+    #[arg(long)]
+    pub checkpoint_every: Option<String>,
+    /// Resume from the last committed checkpoint in this directory.
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    /// What a non-finite loss or gradient does: abort the job, or skip the batch and count it.
+    #[arg(long, value_enum)]
+    pub on_nan: Option<OnNan>,
+    /// Bound every pushed row gradient to this L2 norm (0: no clipping).
+    #[arg(long)]
+    pub clip_grad: Option<f32>,
+    /// Test hook: make one rank fail, `rank=R,step=S,kind=panic|exit|hang|kill`.
+    #[arg(long, hide = true)]
+    #[serde(skip)]
+    pub inject_fault: Option<String>,
 }
 
 /// The TOML run file: the sections of the user's source design.
@@ -150,6 +169,15 @@ struct RunFile {
     compute: FileCompute,
     training: FileTraining,
     output: FileOutput,
+    checkpoint: FileCheckpoint,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct FileCheckpoint {
+    dir: Option<PathBuf>,
+    every: Option<String>,
+    resume: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -208,6 +236,8 @@ struct FileTraining {
     line_samples: Option<f64>,
     subsample: Option<f64>,
     seed: Option<u64>,
+    on_nan: Option<OnNan>,
+    clip_grad: Option<f32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -256,6 +286,12 @@ impl RawTrain {
             seed: f.training.seed,
             partition: f.storage.scheme,
             max_memory: f.storage.max_memory,
+            checkpoint_dir: f.checkpoint.dir,
+            checkpoint_every: f.checkpoint.every,
+            resume: f.checkpoint.resume,
+            on_nan: f.training.on_nan,
+            clip_grad: f.training.clip_grad,
+            inject_fault: None,
         })
     }
 
@@ -292,7 +328,13 @@ impl RawTrain {
             seed,
             partition,
             max_memory,
-            metrics
+            metrics,
+            checkpoint_dir,
+            checkpoint_every,
+            resume,
+            on_nan,
+            clip_grad,
+            inject_fault
         )
     }
 }
@@ -328,6 +370,104 @@ pub struct TrainConfig {
     pub seed: u64,
     pub partition: Scheme,
     pub max_memory: Option<u64>,
+    pub checkpoint_dir: Option<PathBuf>,
+    pub checkpoint_every: Option<Every>,
+    pub resume: Option<PathBuf>,
+    pub on_nan: OnNan,
+    pub clip_grad: f32,
+    #[serde(skip)]
+    pub inject_fault: Option<Fault>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum OnNan {
+    Abort,
+    Skip,
+}
+
+/// A checkpoint interval.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub enum Every {
+    Seconds(f64),
+    Steps(u64),
+}
+
+impl std::str::FromStr for Every {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Every, String> {
+        let t = s.trim();
+        let bad = || {
+            format!("--checkpoint-every '{s}' is neither a duration (30s, 10m, 1h) nor a step count (5000)")
+        };
+        if let Ok(n) = t.parse::<u64>() {
+            return if n > 0 {
+                Ok(Every::Steps(n))
+            } else {
+                Err(bad())
+            };
+        }
+        let (num, mul) = match t.chars().last() {
+            Some('s') => (&t[..t.len() - 1], 1.0),
+            Some('m') => (&t[..t.len() - 1], 60.0),
+            Some('h') => (&t[..t.len() - 1], 3600.0),
+            _ => return Err(bad()),
+        };
+        match num.trim().parse::<f64>() {
+            Ok(v) if v.is_finite() && v > 0.0 => Ok(Every::Seconds(v * mul)),
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// What `--inject-fault` does to its rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    Panic,
+    Exit,
+    Hang,
+    Kill,
+}
+
+/// A test hook: rank `rank` fails at training step `step`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fault {
+    pub rank: usize,
+    pub step: u64,
+    pub kind: FaultKind,
+}
+
+impl std::str::FromStr for Fault {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Fault, String> {
+        let bad = |m: &str| {
+            format!("--inject-fault '{s}': {m} (rank=R,step=S,kind=panic|exit|hang|kill)")
+        };
+        let (mut rank, mut step, mut kind) = (None, None, None);
+        for part in s.split(',') {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| bad("expected key=value"))?;
+            match k.trim() {
+                "rank" => rank = Some(v.trim().parse().map_err(|_| bad("bad rank"))?),
+                "step" => step = Some(v.trim().parse().map_err(|_| bad("bad step"))?),
+                "kind" => {
+                    kind = Some(match v.trim() {
+                        "panic" => FaultKind::Panic,
+                        "exit" => FaultKind::Exit,
+                        "hang" => FaultKind::Hang,
+                        "kill" => FaultKind::Kill,
+                        _ => return Err(bad("unknown kind")),
+                    })
+                }
+                _ => return Err(bad("unknown key")),
+            }
+        }
+        match (rank, step, kind) {
+            (Some(rank), Some(step), Some(kind)) => Ok(Fault { rank, step, kind }),
+            _ => Err(bad("rank, step and kind are all needed")),
+        }
+    }
 }
 
 /// Ranks of this job on this node, from the launcher's environment (1 when unknown).
@@ -377,6 +517,7 @@ impl TrainConfig {
             Optimizer::Adam => 0.01,
         };
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let has_dir = r.checkpoint_dir.is_some();
         let c = TrainConfig {
             graph,
             output: r.output,
@@ -416,6 +557,22 @@ impl TrainConfig {
                 .max_memory
                 .as_deref()
                 .map(parse_bytes)
+                .transpose()
+                .map_err(Error::config)?,
+            checkpoint_dir: r.checkpoint_dir,
+            checkpoint_every: match r.checkpoint_every.as_deref().map(str::parse).transpose() {
+                Err(m) => return Err(Error::config(m)),
+                // A directory without an interval: every 10 minutes.
+                Ok(None) if has_dir => Some(Every::Seconds(600.0)),
+                Ok(e) => e,
+            },
+            resume: r.resume,
+            on_nan: r.on_nan.unwrap_or(OnNan::Abort),
+            clip_grad: r.clip_grad.unwrap_or(0.0),
+            inject_fault: r
+                .inject_fault
+                .as_deref()
+                .map(str::parse)
                 .transpose()
                 .map_err(Error::config)?,
         };
@@ -497,6 +654,12 @@ impl TrainConfig {
         }
         if self.dtype != Dtype::F32 && self.optimizer == Optimizer::Adam && self.lr > 0.1 {
             errs.push("--optimizer adam with a reduced-precision --dtype needs --lr <= 0.1".into());
+        }
+        if !(self.clip_grad.is_finite() && self.clip_grad >= 0.0) {
+            errs.push("--clip-grad must be >= 0 (0 disables)".into());
+        }
+        if self.checkpoint_every.is_some() && self.checkpoint_dir.is_none() {
+            errs.push("--checkpoint-every needs --checkpoint-dir".into());
         }
         if self.optimizer == Optimizer::Sgd && self.momentum != 0.9 {
             errs.push("--momentum needs --optimizer momentum".into());

@@ -10,6 +10,7 @@ pub mod graph;
 pub mod spmd;
 
 pub use error::{Error, Result};
+pub mod checkpoint;
 pub mod cli;
 pub mod config;
 pub mod eval;

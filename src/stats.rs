@@ -38,6 +38,14 @@ pub struct RankMetrics {
     pub train_seconds: f64,
     pub peak_rss_bytes: u64,
     pub memory_estimate_bytes: u64,
+    /// Checkpoints started, the time training stood still for their snapshots, the bytes
+    /// written, and the version this run resumed from.
+    pub checkpoints: u64,
+    pub checkpoint_pause_seconds: f64,
+    pub checkpoint_bytes: u64,
+    pub resumed_from: Option<u64>,
+    /// Batches dropped by --on-nan skip.
+    pub skipped_batches: u64,
 }
 
 impl RankMetrics {

@@ -290,8 +290,14 @@ impl Watchdog {
                     let now = st.started.elapsed().as_millis() as u64;
                     if now.saturating_sub(since) > st.timeout.as_millis() as u64 {
                         let what = *st.what.lock().unwrap_or_else(|e| e.into_inner());
+                        let step = crate::spmd::STEP.load(Ordering::Relaxed);
+                        let at = if step > 0 {
+                            format!(" at training step {step}")
+                        } else {
+                            String::new()
+                        };
                         on_timeout(&format!(
-                            "rank {rank}: {what} did not complete within --comm-timeout {}s \
+                            "rank {rank}{at}: {what} did not complete within --comm-timeout {}s \
                              (another rank failed or stopped); aborting the job",
                             st.timeout.as_secs_f64()
                         ));

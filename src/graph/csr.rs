@@ -224,6 +224,30 @@ pub fn load(comm: &Comm, path: &Path, scheme: Scheme, chunk_edges: u64) -> Resul
     Ok(g)
 }
 
+/// Collective: a fingerprint of the graph's content (every adjacency entry and its weight), the
+/// same for any number of ranks. Checkpoints carry it so that a resume on another graph is refused.
+pub fn digest(comm: &Comm, g: &LocalGraph) -> u64 {
+    let mix = |mut z: u64| {
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let mut sum = 0u64;
+    for i in 0..g.num_local() {
+        let src = g.part.global(g.rank, i);
+        let cw = g.cum_weights(i);
+        for (j, &dst) in g.neighbors(i).iter().enumerate() {
+            let w = cw.map_or(0, |c| {
+                u64::from((c[j] - if j == 0 { 0.0 } else { c[j - 1] }).to_bits())
+            });
+            // 24 bits per entry: the sum cannot overflow below 2^40 entries.
+            sum += mix(mix(src ^ mix(dst)) ^ w) & 0xFF_FFFF;
+        }
+    }
+    let total = comm.sum_u64(sum);
+    mix(total ^ mix(g.num_nodes()) ^ u64::from(g.directed))
+}
+
 /// Whole-graph statistics, computed collectively.
 #[derive(Debug, serde::Serialize)]
 pub struct GraphStats {

@@ -2,6 +2,7 @@
 //! migration (DeepWalk, node2vec by rejection), and LINE edge sampling.
 
 pub mod alias;
+pub mod edges;
 pub mod negatives;
 pub mod walk;
 

@@ -47,6 +47,20 @@ impl Walker {
         }
     }
 
+    /// Decode bytes from a file: None unless they are a well-formed walker within the limits.
+    fn try_decode(b: &[u8], num_nodes: u64, window: u32) -> Option<(Walker, usize)> {
+        let n = *b.get(29)? as usize;
+        let len = 30 + 9 * n;
+        if b.len() < len || n > window as usize || b[28] > 1 {
+            return None;
+        }
+        let (w, used) = Walker::decode(&b[..len]);
+        let ok = w.cur < num_nodes
+            && (w.prev < num_nodes || w.prev == NONE)
+            && w.hist.iter().all(|&(v, r)| v < num_nodes && r <= window);
+        ok.then_some((w, used))
+    }
+
     fn decode(b: &[u8]) -> (Walker, usize) {
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
         let step = u32::from_le_bytes(b[24..28].try_into().expect("4 bytes"));
@@ -96,6 +110,8 @@ pub struct WalkEngine {
     total_starts: u64,
     keep: Vec<f32>,
     rank: usize,
+    /// Test hook: every visit as (walker id, step, node).
+    pub trace: Option<Vec<(u64, u32, u64)>>,
 }
 
 impl WalkEngine {
@@ -134,12 +150,57 @@ impl WalkEngine {
             next_start: 0,
             keep,
             rank: g.rank,
+            trace: None,
         }
     }
 
     /// Walks not yet started or still walking on this rank.
     pub fn pending(&self) -> u64 {
         self.total_starts - self.next_start + self.walkers.len() as u64
+    }
+
+    /// This rank's start cursor and its total starts per epoch.
+    pub fn cursor(&self) -> (u64, u64) {
+        (self.next_start, self.total_starts)
+    }
+
+    /// The walkers in flight, encoded (for a checkpoint).
+    pub fn encode_walkers(&self) -> Vec<u8> {
+        let mut b = Vec::new();
+        for w in &self.walkers {
+            w.encode(&mut b);
+        }
+        b
+    }
+
+    /// Continue an epoch from a checkpoint: `next_start` starts taken, these walkers in flight
+    /// (each standing on a node this rank owns).
+    pub fn resume(&mut self, next_start: u64, walkers: &[u8]) {
+        self.next_start = next_start.min(self.total_starts);
+        let mut o = 0;
+        while o < walkers.len() {
+            let (w, used) = Walker::decode(&walkers[o..]);
+            o += used;
+            self.walkers.push(w);
+        }
+    }
+
+    /// Split encoded walkers (from a checkpoint file) by the owner of their current node,
+    /// checking every field against the graph and the window first.
+    pub fn route_walkers(
+        bytes: &[u8],
+        part: &crate::graph::partition::Partitioner,
+        window: u32,
+    ) -> Result<Vec<Vec<u8>>, String> {
+        let mut out = vec![Vec::new(); part.ranks()];
+        let mut o = 0;
+        while o < bytes.len() {
+            let (w, used) = Walker::try_decode(&bytes[o..], part.num_nodes(), window)
+                .ok_or_else(|| format!("malformed walker record at byte {o}"))?;
+            o += used;
+            w.encode(&mut out[part.owner(w.cur)]);
+        }
+        Ok(out)
     }
 
     /// Restart the start cursor for another epoch.
@@ -171,11 +232,14 @@ impl WalkEngine {
         }
         let mut out = StepOut::default();
         let mut send = vec![Vec::new(); comm.size()];
-        let mut asks: Vec<(usize, Walker, u64)> = Vec::new();
+        let mut asks: Vec<(usize, Walker, u64, f32)> = Vec::new();
         let walkers = std::mem::take(&mut self.walkers);
         for mut w in walkers {
             let local = g.part.local_index(w.cur);
             if !w.visited {
+                if let Some(t) = &mut self.trace {
+                    t.push((w.id, w.step, w.cur));
+                }
                 self.visit(&mut w, local, rng, pairs);
                 out.tokens += 1;
             }
@@ -186,16 +250,17 @@ impl WalkEngine {
             match self.propose(g, &w, local, rng) {
                 Move::Go(x) => self.advance(g, w, x, &mut send),
                 Move::Retry => self.walkers.push(w),
-                Move::Ask(x) => asks.push((g.part.owner(w.prev), w, x)),
+                Move::Ask(x, u) => asks.push((g.part.owner(w.prev), w, x, u)),
             }
         }
-        if let Some((p, q)) = self.params.node2vec {
+        if let Some((_, q)) = self.params.node2vec {
             // Every rank takes part in the query round, with or without queries of its own.
             let answers = resolve_queries(comm, g, &asks);
-            for ((_, w, x), yes) in asks.into_iter().zip(answers) {
-                let a_max = (1.0 / p).max(1.0).max(1.0 / q);
+            for ((_, w, x, u), yes) in asks.into_iter().zip(answers) {
+                // The proposal's own uniform decides: it fell between 1 and 1/q, and the
+                // answer says which of the two a(t, x) is.
                 let a = if yes { 1.0 } else { 1.0 / q };
-                if rng.random::<f32>() * a_max < a {
+                if u < a {
                     self.advance(g, w, x, &mut send);
                 } else {
                     self.walkers.push(w);
@@ -269,7 +334,7 @@ impl WalkEngine {
                 }
                 continue;
             }
-            return Move::Ask(x);
+            return Move::Ask(x, u);
         }
         Move::Retry
     }
@@ -286,7 +351,8 @@ impl WalkEngine {
 enum Move {
     Go(u64),
     Retry,
-    Ask(u64),
+    /// Needs to know whether x is a neighbour of the previous node; carries the uniform draw.
+    Ask(u64, f32),
 }
 
 #[inline]
@@ -303,9 +369,9 @@ fn pick_neighbor(g: &LocalGraph, local: usize, rng: &mut Rng) -> u64 {
 }
 
 /// Collective: ask the owners of the previous nodes whether `x` is their neighbour.
-fn resolve_queries(comm: &Comm, g: &LocalGraph, asks: &[(usize, Walker, u64)]) -> Vec<bool> {
+fn resolve_queries(comm: &Comm, g: &LocalGraph, asks: &[(usize, Walker, u64, f32)]) -> Vec<bool> {
     let mut send = vec![Vec::new(); comm.size()];
-    for (owner, w, x) in asks {
+    for (owner, w, x, _) in asks {
         send[*owner].extend_from_slice(&w.prev.to_le_bytes());
         send[*owner].extend_from_slice(&x.to_le_bytes());
     }
@@ -325,7 +391,7 @@ fn resolve_queries(comm: &Comm, g: &LocalGraph, asks: &[(usize, Walker, u64)]) -
     let answers = comm.all_to_all_v(replies);
     let mut cursor = vec![0usize; comm.size()];
     asks.iter()
-        .map(|(owner, _, _)| {
+        .map(|(owner, _, _, _)| {
             let a = answers[*owner][cursor[*owner]] != 0;
             cursor[*owner] += 1;
             a
@@ -336,6 +402,212 @@ fn resolve_queries(comm: &Comm, g: &LocalGraph, asks: &[(usize, Walker, u64)]) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::comm::local;
+    use crate::graph::csr::{route_edges, slice_of};
+    use crate::graph::partition::{Partitioner, Scheme};
+    use crate::graph::Edge;
+    use crate::sample::rng_for;
+    use proptest::prelude::*;
+    use std::collections::{BTreeMap, HashSet};
+    use std::time::Duration;
+
+    /// Walk a graph on `ranks` in-process ranks; returns every walk as its node sequence.
+    fn walks(edges: &[Edge], n: u64, ranks: usize, params: WalkParams, seed: u64) -> Vec<Vec<u64>> {
+        let traces = local::run(ranks, Duration::from_secs(60), |c| {
+            let part = Partitioner::new(Scheme::Striped, n, c.size());
+            let (a, b) = slice_of(edges.len() as u64, c.rank(), c.size());
+            let entries = route_edges(&c, &part, &edges[a as usize..b as usize], false);
+            let g = LocalGraph::from_entries(
+                c.rank(),
+                part,
+                &entries,
+                edges.len() as u64,
+                false,
+                false,
+            );
+            let mut rng = rng_for(seed, c.rank(), 3);
+            let mut e = WalkEngine::new(&c, &g, params.clone(), 0.0, &mut rng);
+            e.trace = Some(Vec::new());
+            let mut pairs = Vec::new();
+            loop {
+                e.superstep(&c, &g, &mut rng, &mut pairs);
+                if c.sum_u64(e.pending()) == 0 {
+                    break;
+                }
+            }
+            e.trace.take().expect("trace on")
+        });
+        let mut by_walk: BTreeMap<u64, Vec<(u32, u64)>> = BTreeMap::new();
+        for (id, step, node) in traces.into_iter().flatten() {
+            by_walk.entry(id).or_default().push((step, node));
+        }
+        by_walk
+            .into_values()
+            .map(|mut v| {
+                v.sort_unstable();
+                v.into_iter().map(|(_, node)| node).collect()
+            })
+            .collect()
+    }
+
+    fn edge_set(edges: &[Edge]) -> HashSet<(u64, u64)> {
+        edges
+            .iter()
+            .flat_map(|e| [(e.src, e.dst), (e.dst, e.src)])
+            .collect()
+    }
+
+    fn params(walk_length: u32, walks_per_node: u32, node2vec: Option<(f32, f32)>) -> WalkParams {
+        WalkParams {
+            walk_length,
+            window: 3,
+            walks_per_node,
+            node2vec,
+            in_flight: 64,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        #[test]
+        fn walks_follow_edges_and_have_full_length(
+            raw in prop::collection::vec((0u64..30, 0u64..30), 1..120),
+            ranks in 1usize..4,
+            pq in prop::option::of((0.25f32..4.0, 0.25f32..4.0)),
+            seed in any::<u64>(),
+        ) {
+            let edges: Vec<Edge> = raw.iter().map(|&(s, d)| Edge { src: s, dst: d, weight: 1.0 }).collect();
+            let set = edge_set(&edges);
+            let ws = walks(&edges, 30, ranks, params(6, 2, pq), seed);
+            // Every node starts walks_per_node walks, each visits walk_length nodes unless it
+            // reaches a node without edges, and every step follows an edge.
+            prop_assert_eq!(ws.len(), 60);
+            for w in &ws {
+                let isolated = !set.iter().any(|&(a, _)| a == w[0]);
+                prop_assert_eq!(w.len(), if isolated { 1 } else { 6 });
+                for s in w.windows(2) {
+                    prop_assert!(set.contains(&(s[0], s[1])), "step {:?} is not an edge", s);
+                }
+            }
+        }
+    }
+
+    /// Chi-square of observed second-order transitions against node2vec's exact distribution
+    /// P(x | t, v) proportional to 1/p (x = t), 1 (x adjacent to t), 1/q (otherwise). Returns the
+    /// statistic and its degrees of freedom, over contexts (t, v) seen at least 200 times.
+    fn node2vec_chi_square(
+        ws: &[Vec<u64>],
+        set: &HashSet<(u64, u64)>,
+        p: f64,
+        q: f64,
+    ) -> (f64, f64) {
+        let mut seen: BTreeMap<(u64, u64), BTreeMap<u64, f64>> = BTreeMap::new();
+        for w in ws {
+            for s in w.windows(3) {
+                *seen
+                    .entry((s[0], s[1]))
+                    .or_default()
+                    .entry(s[2])
+                    .or_default() += 1.0;
+            }
+        }
+        let (mut stat, mut dof) = (0.0, 0.0);
+        for ((t, v), counts) in seen {
+            let total: f64 = counts.values().sum();
+            if total < 200.0 {
+                continue;
+            }
+            let nbrs: Vec<u64> = set
+                .iter()
+                .filter(|&&(a, _)| a == v)
+                .map(|&(_, b)| b)
+                .collect();
+            let alpha = |x: u64| {
+                if x == t {
+                    1.0 / p
+                } else if set.contains(&(t, x)) {
+                    1.0
+                } else {
+                    1.0 / q
+                }
+            };
+            let z: f64 = nbrs.iter().map(|&x| alpha(x)).sum();
+            for &x in &nbrs {
+                let expect = total * alpha(x) / z;
+                let got = counts.get(&x).copied().unwrap_or(0.0);
+                stat += (got - expect).powi(2) / expect;
+            }
+            dof += (nbrs.len() - 1) as f64;
+        }
+        (stat, dof)
+    }
+
+    /// A small graph with triangles, a square and a tail (every kind of second-order move).
+    fn mixed_graph() -> Vec<Edge> {
+        [
+            (0, 1),
+            (1, 2),
+            (2, 0),
+            (2, 3),
+            (3, 4),
+            (4, 5),
+            (5, 2),
+            (5, 6),
+            (6, 7),
+            (1, 3),
+            (7, 0),
+        ]
+        .map(|(s, d)| Edge {
+            src: s,
+            dst: d,
+            weight: 1.0,
+        })
+        .to_vec()
+    }
+
+    #[test]
+    fn node2vec_steps_follow_the_second_order_distribution_across_ranks() {
+        let edges = mixed_graph();
+        let set = edge_set(&edges);
+        for (p, q, ranks) in [
+            (0.25, 4.0, 1),
+            (0.25, 4.0, 3),
+            (4.0, 0.25, 3),
+            (1.0, 1.0, 3),
+        ] {
+            // 3 ranks: previous nodes often live elsewhere, so the query round is exercised.
+            let ws = walks(&edges, 8, ranks, params(40, 400, Some((p, q))), 11);
+            let (stat, dof) = node2vec_chi_square(&ws, &set, f64::from(p), f64::from(q));
+            assert!(dof > 10.0, "too few contexts: {dof}");
+            // Far above this (mean dof, sd sqrt(2 dof)) means the sampler is biased.
+            let bound = dof + 5.0 * (2.0 * dof).sqrt();
+            assert!(
+                stat < bound,
+                "p={p} q={q} ranks={ranks}: chi-square {stat:.1} over {dof} dof"
+            );
+        }
+    }
+
+    #[test]
+    fn node2vec_with_p_q_one_has_the_deepwalk_step_distribution() {
+        // With p = q = 1 every neighbour of v is equally likely whatever t was.
+        let edges = mixed_graph();
+        let set = edge_set(&edges);
+        let ws = walks(&edges, 8, 2, params(40, 400, Some((1.0, 1.0))), 5);
+        let (stat, dof) = node2vec_chi_square(&ws, &set, 1.0, 1.0);
+        assert!(
+            stat < dof + 5.0 * (2.0 * dof).sqrt(),
+            "chi-square {stat:.1} over {dof} dof"
+        );
+        // And a strongly biased setting is detected by the same statistic (the test can fail).
+        let biased = walks(&edges, 8, 2, params(40, 400, Some((0.25, 4.0))), 5);
+        let (stat, dof) = node2vec_chi_square(&biased, &set, 1.0, 1.0);
+        assert!(
+            stat > dof + 5.0 * (2.0 * dof).sqrt(),
+            "bias not visible: {stat:.1} over {dof}"
+        );
+    }
 
     #[test]
     fn walkers_survive_the_wire() {

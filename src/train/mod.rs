@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 use rand::RngExt;
 use rustc_hash::FxHashMap;
 
+use crate::checkpoint::{self, Cursor, Restored, Snapshot, Writing};
 use crate::comm::{Comm, ReduceOp};
-use crate::config::{Model, TrainConfig};
+use crate::config::{Every, FaultKind, Model, OnNan, TrainConfig};
 use crate::error::{Error, Result};
 use crate::graph::{csr, LocalGraph, NodeId};
 use crate::model::sgns;
-use crate::sample::alias::AliasTable;
+use crate::sample::edges::EdgeSampler;
 use crate::sample::negatives::NegativePool;
 use crate::sample::walk::{WalkEngine, WalkParams};
 use crate::sample::{rng_for, Rng};
@@ -57,6 +58,20 @@ pub struct Trainer<'a> {
     stamp: u64,
     /// A batch whose gradients are being computed (staleness 1).
     pending: Option<Pending>,
+    /// Refresh the negative pool at the next step (after a resume).
+    refresh_now: bool,
+    ckpt: Option<Checkpointing>,
+    resumed: Option<Restored>,
+}
+
+/// Checkpoint bookkeeping of a run with --checkpoint-dir.
+struct Checkpointing {
+    dir: std::path::PathBuf,
+    every: Every,
+    next_version: u64,
+    last: Instant,
+    writing: Option<Writing>,
+    identity: String,
 }
 
 /// A planned and fetched batch: unique row keys (node << 1 | matrix), pair and negative slots,
@@ -109,6 +124,7 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         },
     )?;
     let mut tr = Trainer::new(comm, cfg, &g)?;
+    tr.prepare_checkpoints()?;
     tr.m.seconds.load = load_secs;
     tr.m.memory_estimate_bytes = estimate;
     let t = Timer::start();
@@ -187,7 +203,162 @@ impl<'a> Trainer<'a> {
             remote_slot: FxHashMap::default(),
             stamp: 0,
             pending: None,
+            refresh_now: false,
+            ckpt: None,
+            resumed: None,
         })
+    }
+
+    /// Collective: set up checkpointing and resume from `--resume` if given.
+    pub fn prepare_checkpoints(&mut self) -> Result<()> {
+        let cfg = self.cfg;
+        if cfg.checkpoint_dir.is_none() && cfg.resume.is_none() {
+            return Ok(());
+        }
+        let digest = csr::digest(self.comm, self.g);
+        let ident = checkpoint::identity(cfg, self.g, digest);
+        if let Some(dir) = &cfg.resume {
+            let part = self.g.part.clone();
+            let window = cfg.window;
+            let r =
+                checkpoint::restore(self.comm, dir, self.g, &ident, &mut self.shards, |b, _| {
+                    WalkEngine::route_walkers(b, &part, window)
+                })?;
+            if let Some(r) = &r {
+                // Fresh streams for the rest of the run, derived from the seed and the step.
+                let salt = r.cursor.step.wrapping_mul(0x2545_F491_4F6C_DD1D);
+                self.rng = rng_for(cfg.seed ^ salt, self.comm.rank(), 2);
+                self.step = r.cursor.step;
+                self.refresh_now = true;
+                self.m.resumed_from = Some(r.version);
+            }
+            self.resumed = r;
+        }
+        if let (Some(dir), Some(every)) = (&cfg.checkpoint_dir, cfg.checkpoint_every) {
+            self.ckpt = Some(Checkpointing {
+                dir: dir.clone(),
+                every,
+                next_version: checkpoint::next_version(self.comm, dir)?,
+                last: Instant::now(),
+                writing: None,
+                identity: ident.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Collective, between steps: commit a finished background write; start a checkpoint when
+    /// one is due. `state` gives the encoded walkers and the cursor at this point.
+    fn checkpoint_tick(
+        &mut self,
+        lr: f32,
+        force: bool,
+        state: impl FnOnce(&Self) -> (Vec<u8>, Cursor),
+    ) {
+        let Some(ck) = &mut self.ckpt else {
+            return;
+        };
+        let (due, all_done) = match ck.every {
+            _ if force => (true, true),
+            Every::Steps(n) if ck.writing.is_none() => (self.step % n == 0, true),
+            Every::Steps(n) => {
+                let (_, done) =
+                    checkpoint::poll(self.comm, false, checkpoint::writer_done(&ck.writing));
+                (self.step % n == 0, done)
+            }
+            Every::Seconds(t) => {
+                // Rank 0's clock decides, so that all ranks checkpoint at the same step.
+                let mine = self.comm.rank() == 0 && ck.last.elapsed().as_secs_f64() >= t;
+                checkpoint::poll(self.comm, mine, checkpoint::writer_done(&ck.writing))
+            }
+        };
+        if ck.writing.is_some() && (all_done || due) {
+            let w = ck.writing.take().expect("checked");
+            if let Err(e) = checkpoint::finish_writing(self.comm, &ck.dir, w) {
+                fatal(
+                    self.comm,
+                    Some(self.step),
+                    &format!("checkpoint failed: {e}"),
+                );
+            }
+        }
+        if !due {
+            return;
+        }
+        // The snapshot must hold every applied gradient: finish the batch in flight first.
+        self.drain(lr);
+        let t = Timer::start();
+        let (walkers, mut cursor) = state(self);
+        cursor.step = self.step;
+        let ck = self.ckpt.as_mut().expect("checked above");
+        let mut snap = Snapshot::take(self.g, &self.shards, walkers, cursor.clone());
+        snap.identity = ck.identity.clone();
+        snap.config = self.cfg.to_json();
+        let version = ck.next_version;
+        ck.next_version += 1;
+        ck.last = Instant::now();
+        let path = checkpoint::shard_path(&ck.dir, version, self.comm.rank());
+        self.m.checkpoint_bytes += snap.bytes();
+        self.m.checkpoints += 1;
+        let handle = std::thread::Builder::new()
+            .name("checkpoint-writer".into())
+            .spawn(move || {
+                if let Some(d) = path.parent() {
+                    std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
+                }
+                checkpoint::write_shard(&path, &snap)
+            })
+            .expect("spawn the checkpoint writer");
+        ck.writing = Some(Writing {
+            version,
+            cursor,
+            handle,
+        });
+        self.m.checkpoint_pause_seconds += t.secs();
+    }
+
+    /// Collective, at the end of training: write the final state and commit it.
+    fn checkpoint_finish(&mut self, state: impl FnOnce(&Self) -> (Vec<u8>, Cursor)) {
+        self.checkpoint_tick(self.lr_at(1.0), true, state);
+        if let Some(ck) = &mut self.ckpt {
+            if let Some(w) = ck.writing.take() {
+                if let Err(e) = checkpoint::finish_writing(self.comm, &ck.dir, w) {
+                    fatal(
+                        self.comm,
+                        Some(self.step),
+                        &format!("checkpoint failed: {e}"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// The `--inject-fault` test hook.
+    fn maybe_fail(&self) {
+        let Some(f) = self.cfg.inject_fault else {
+            return;
+        };
+        if f.rank != self.comm.rank() || f.step != self.step {
+            return;
+        }
+        eprintln!(
+            "graphscale: rank {}: injecting fault {:?} at step {} (test hook)",
+            f.rank, f.kind, f.step
+        );
+        match f.kind {
+            FaultKind::Panic => panic!("injected fault at step {}", f.step),
+            FaultKind::Exit => std::process::exit(3),
+            FaultKind::Hang => loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            },
+            FaultKind::Kill => {
+                // SAFETY: kill(2) on our own pid with a valid signal number; no memory involved.
+                unsafe {
+                    libc::kill(libc::getpid(), libc::SIGKILL);
+                }
+                unreachable!("SIGKILL ends the process");
+            }
+        }
     }
 
     /// Learning rate at `progress` in [0, 1]: linear decay to lr * 1e-4, optional warm-up.
@@ -209,7 +380,9 @@ impl<'a> Trainer<'a> {
             node2vec: (cfg.model == Model::Node2vec).then_some((cfg.p, cfg.q)),
             // A walker emits about window + 1 pairs per step. At most 1/16 of a rank's walks are
             // in flight, so that small graphs still get many optimizer steps.
-            in_flight: (cfg.batch_size / (cfg.window as usize + 1))
+            // --batch-size is the global number of pairs per step: each rank keeps its share
+            // of walkers in flight, so the optimisation is the same at any rank count.
+            in_flight: (cfg.batch_size.div_ceil(self.comm.size()) / (cfg.window as usize + 1))
                 .min((self.g.num_local() * cfg.walks_per_node as usize).div_ceil(16))
                 .max(1),
         };
@@ -220,10 +393,27 @@ impl<'a> Trainer<'a> {
             * self.g.num_nodes() as f64
             * f64::from(cfg.walk_length);
         let mut done = 0f64;
+        let mut first_epoch = 0;
+        if let Some(r) = self.resumed.take() {
+            let c = &r.cursor;
+            let (_, starts) = engine.cursor();
+            let next = if r.same_ranks {
+                c.next_start
+            } else {
+                (c.started * starts as f64).round() as u64
+            };
+            engine.resume(next, &r.walkers);
+            done = c.done;
+            first_epoch = c.epoch;
+            let salt = c.step.wrapping_mul(0x2545_F491_4F6C_DD1D);
+            wrng = rng_for(cfg.seed ^ salt, self.comm.rank(), 3);
+        }
         let mut pairs = Vec::new();
         let mut progress = Progress::new(self.comm.rank() == 0);
-        for _epoch in 0..cfg.epochs {
-            engine.new_epoch();
+        for epoch in first_epoch..cfg.epochs {
+            if epoch > first_epoch || self.m.resumed_from.is_none() {
+                engine.new_epoch();
+            }
             loop {
                 let t = Timer::start();
                 pairs.clear();
@@ -240,67 +430,83 @@ impl<'a> Trainer<'a> {
                 if global[0] == 0 {
                     break;
                 }
+                let comm = self.comm;
+                self.checkpoint_tick(lr, false, |_| {
+                    let (next, starts) = engine.cursor();
+                    let g = comm.all_reduce_u64(&[next, starts], ReduceOp::Sum);
+                    let cursor = Cursor {
+                        step: 0,
+                        epoch,
+                        done,
+                        started: g[0] as f64 / g[1].max(1) as f64,
+                        next_start: next,
+                    };
+                    (engine.encode_walkers(), cursor)
+                });
             }
         }
         self.drain(self.lr_at(1.0));
+        let epochs = cfg.epochs;
+        self.checkpoint_finish(|_| {
+            let cursor = Cursor {
+                epoch: epochs,
+                done,
+                started: 1.0,
+                ..Cursor::default()
+            };
+            (Vec::new(), cursor)
+        });
     }
 
     fn train_line(&mut self) {
         let cfg = self.cfg;
         let g = self.g;
-        // Every adjacency entry is a directed edge (an undirected edge appears once per side).
-        let weights: Vec<f64> = match &g.cum_weights {
-            None => vec![1.0; g.targets.len()],
-            Some(c) => (0..g.num_local())
-                .flat_map(|i| {
-                    let (a, b) = (g.offsets[i] as usize, g.offsets[i + 1] as usize);
-                    (a..b).map(move |j| f64::from(c[j] - if j == a { 0.0 } else { c[j - 1] }))
-                })
-                .collect(),
-        };
-        let mass: f64 = weights.iter().sum();
-        let table = AliasTable::new(&weights);
+        let sampler = EdgeSampler::new(g);
+        let mass = sampler.mass;
         let total_mass = self.comm.all_reduce_f64(&[mass], ReduceOp::Sum)[0];
-        let n = self.comm.size() as f64;
         let total_samples = cfg.line_samples * g.file_edges as f64 * f64::from(cfg.epochs);
-        let steps = (total_samples / (cfg.batch_size as f64 * n))
-            .ceil()
-            .max(1.0) as u64;
-        let my_batch = cfg.batch_size as f64 * n * mass / total_mass.max(1e-300);
+        // --batch-size edges per step over all ranks, each rank its weight share.
+        let steps = (total_samples / cfg.batch_size as f64).ceil().max(1.0) as u64;
+        let my_batch = cfg.batch_size as f64 * mass / total_mass.max(1e-300);
         let mut rng = rng_for(cfg.seed, self.comm.rank(), 4);
+        let mut first = 0;
+        if let Some(r) = self.resumed.take() {
+            first = r.cursor.step;
+            let salt = first.wrapping_mul(0x2545_F491_4F6C_DD1D);
+            rng = rng_for(cfg.seed ^ salt, self.comm.rank(), 4);
+        }
         let mut pairs = Vec::new();
         let mut progress = Progress::new(self.comm.rank() == 0);
-        for s in 0..steps {
+        for s in first..steps {
             let t = Timer::start();
             pairs.clear();
-            if let Some(table) = &table {
-                let k = my_batch as u64 + u64::from(rng.random::<f64>() < my_batch.fract());
-                for _ in 0..k {
-                    let e = table.sample(&mut rng);
-                    let src = g.offsets.partition_point(|&o| o as usize <= e) - 1;
-                    pairs.push((g.part.global(g.rank, src), g.targets[e]));
-                }
-            }
+            let k = my_batch as u64 + u64::from(rng.random::<f64>() < my_batch.fract());
+            pairs.extend((0..k).map_while(|_| sampler.draw(g, &mut rng)));
             self.m.seconds.sample += t.secs();
             self.m.tokens += pairs.len() as u64;
             let p = s as f64 / steps as f64;
             let lr = self.lr_at(p);
             self.train_step(&pairs, lr);
             progress.tick(p, &self.m, lr);
+            self.checkpoint_tick(lr, false, |_| (Vec::new(), Cursor::default()));
         }
         self.drain(self.lr_at(1.0));
+        self.checkpoint_finish(|_| (Vec::new(), Cursor::default()));
     }
 
     /// One collective step over this rank's `pairs` (center, context).
     pub fn train_step(&mut self, pairs: &[(NodeId, NodeId)], lr: f32) {
         let cfg = self.cfg;
         let (comm, g, dim, k) = (self.comm, self.g, cfg.dim, cfg.negatives as usize);
-        if self.step % NEG_REFRESH == 0 {
+        if self.step % NEG_REFRESH == 0 || self.refresh_now {
             let t = Timer::start();
             self.neg.refresh(comm, &mut self.rng);
             self.m.seconds.sample += t.secs();
+            self.refresh_now = false;
         }
         self.step += 1;
+        crate::spmd::STEP.store(self.step, std::sync::atomic::Ordering::Relaxed);
+        self.maybe_fail();
 
         // Plan: unique rows of the batch, keyed (node, matrix).
         let t = Timer::start();
@@ -485,21 +691,44 @@ impl<'a> Trainer<'a> {
         self.m.seconds.compute += compute_secs;
         let keys = p.keys;
         let nslots = keys.len();
-        if !loss.is_finite() {
-            let bad = (0..nslots)
-                .find(|&s| grads[s * dim..(s + 1) * dim].iter().any(|x| !x.is_finite()))
-                .map(|s| keys[s] >> 1);
+        let mut grads = grads;
+        let finite = loss.is_finite() && grads.iter().all(|x| x.is_finite());
+        if !finite && self.cfg.on_nan == OnNan::Abort {
+            let bad: Vec<u64> = (0..nslots)
+                .filter(|&s| grads[s * dim..(s + 1) * dim].iter().any(|x| !x.is_finite()))
+                .take(5)
+                .map(|s| keys[s] >> 1)
+                .collect();
             fatal(
                 comm,
                 Some(self.step),
                 &format!(
-                    "non-finite loss (first non-finite gradient at node {bad:?}); lower --lr or use --optimizer adagrad"
+                    "non-finite loss or gradient (rows of nodes {bad:?}); lower --lr, use --optimizer adagrad or --clip-grad, or --on-nan skip to drop such batches"
                 ),
             );
         }
-        self.m.loss_sum += loss;
-        self.m.loss_terms += (p.pairs * (1 + k)) as u64;
-        self.m.pairs += p.pairs as u64;
+        // --on-nan skip: drop the whole batch (it still takes part in the exchange).
+        let keys = if finite {
+            keys
+        } else {
+            self.m.skipped_batches += 1;
+            log::warn!("rank {me}: step {}: non-finite batch skipped", self.step);
+            Vec::new()
+        };
+        if self.cfg.clip_grad > 0.0 {
+            let c = self.cfg.clip_grad;
+            for g in grads.chunks_exact_mut(dim) {
+                let norm = g.iter().map(|x| x * x).sum::<f32>().sqrt();
+                if norm > c {
+                    g.iter_mut().for_each(|x| *x *= c / norm);
+                }
+            }
+        }
+        if finite {
+            self.m.loss_sum += loss;
+            self.m.loss_terms += (p.pairs * (1 + k)) as u64;
+            self.m.pairs += p.pairs as u64;
+        }
 
         // Push: gradient rows to their owners in one exchange; local rows applied directly.
         let t = Timer::start();

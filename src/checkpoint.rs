@@ -1,0 +1,774 @@
+//! Checkpoints and resume (DESIGN sections 7-8). A checkpoint is a version directory
+//! `DIR/v00000007/` holding one HDF5 shard per rank (`shard-00003.h5`: the rank's node ids, rows
+//! and optimizer state per matrix, its in-flight walkers, the training cursor, the run's identity
+//! and a CRC-32 of all of it) plus a `manifest.json`. A version exists only once rank 0 has
+//! renamed `DIR/LATEST.tmp` to `DIR/LATEST` naming it, after every rank has written and fsynced
+//! its shard: a crash at any moment leaves the previous committed version intact. Older versions
+//! are removed only after a commit, keeping the last [`KEEP`].
+//!
+//! Training pauses only to copy its rows into a snapshot; a background thread writes and fsyncs
+//! the shard, and the commit happens at the first step at which every rank's writer is done.
+//!
+//! Resume re-shards: each old shard is read by exactly one new rank (`old % new_ranks`), checked
+//! (format, identity, shapes, node ids, checksum), and its rows are routed to their new owners in
+//! one all-to-all, so the number of ranks may change. A version that fails its checks is skipped
+//! for the previous committed one, loudly; a checkpoint of another run (graph, model, dims, ...)
+//! is refused with the list of what differs.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use hdf5::types::VarLenUnicode;
+use serde::{Deserialize, Serialize};
+
+use crate::comm::{Comm, ReduceOp};
+use crate::config::TrainConfig;
+use crate::error::{Error, Result};
+use crate::graph::LocalGraph;
+use crate::spmd::agree;
+use crate::store::Shard;
+
+/// Layout version of the shard files.
+pub const FORMAT_VERSION: u64 = 1;
+/// Committed versions kept on disk.
+pub const KEEP: usize = 2;
+const LATEST: &str = "LATEST";
+const MANIFEST: &str = "manifest.json";
+
+/// Where training stands: enough to continue the schedule where it stopped.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cursor {
+    /// Optimizer steps done (walk supersteps or LINE steps).
+    pub step: u64,
+    /// Epoch in progress (walks).
+    pub epoch: u32,
+    /// Walk tokens processed by all ranks (drives the learning-rate schedule).
+    pub done: f64,
+    /// Fraction of this epoch's walks started, over all ranks.
+    pub started: f64,
+    /// This rank's start cursor (used when the number of ranks is unchanged).
+    pub next_start: u64,
+}
+
+/// What must match between a checkpoint and the run resuming it.
+pub fn identity(cfg: &TrainConfig, g: &LocalGraph, digest: u64) -> serde_json::Value {
+    serde_json::json!({
+        "graph_nodes": g.num_nodes(),
+        "graph_edges": g.file_edges,
+        "graph_directed": g.directed,
+        "graph_digest": format!("{digest:016x}"),
+        "model": cfg.model,
+        "order": cfg.order,
+        "dim": cfg.dim,
+        "dtype": cfg.dtype,
+        "optimizer": cfg.optimizer,
+        "lr": cfg.lr,
+        "epochs": cfg.epochs,
+        "walks_per_node": cfg.walks_per_node,
+        "walk_length": cfg.walk_length,
+        "window": cfg.window,
+        "negatives": cfg.negatives,
+        "p": cfg.p,
+        "q": cfg.q,
+        "line_samples": cfg.line_samples,
+    })
+}
+
+/// Names and values that differ between two identities, as `name: checkpoint X, this run Y`.
+fn differences(saved: &serde_json::Value, now: &serde_json::Value) -> Vec<String> {
+    let (Some(a), Some(b)) = (saved.as_object(), now.as_object()) else {
+        return vec!["the identity attribute is not a JSON object".into()];
+    };
+    b.iter()
+        .filter(|(k, v)| a.get(*k) != Some(v))
+        .map(|(k, v)| {
+            let old = a.get(k).map_or("(absent)".to_string(), |x| x.to_string());
+            format!("{k}: checkpoint {old}, this run {v}")
+        })
+        .collect()
+}
+
+/// One rank's copy of its state, taken between steps.
+pub struct Snapshot {
+    pub rank: usize,
+    pub ranks: usize,
+    pub nodes: Vec<u64>,
+    /// Per matrix: rows in the storage dtype and f32 optimizer state.
+    pub matrices: Vec<(Vec<u8>, Vec<f32>)>,
+    pub row_bytes: usize,
+    pub state_per_row: usize,
+    pub walkers: Vec<u8>,
+    pub cursor: Cursor,
+    pub identity: String,
+    pub config: String,
+    pub fingerprint: u64,
+}
+
+impl Snapshot {
+    pub fn take(g: &LocalGraph, shards: &[Shard], walkers: Vec<u8>, cursor: Cursor) -> Snapshot {
+        Snapshot {
+            rank: g.rank,
+            ranks: g.part.ranks(),
+            nodes: (0..g.num_local())
+                .map(|i| g.part.global(g.rank, i))
+                .collect(),
+            matrices: shards
+                .iter()
+                .map(|s| (s.window.with_local(<[u8]>::to_vec), s.state.clone()))
+                .collect(),
+            row_bytes: shards[0].row_bytes(),
+            state_per_row: shards[0].state_per_row,
+            walkers,
+            cursor,
+            identity: String::new(),
+            config: String::new(),
+            fingerprint: g.part.fingerprint(),
+        }
+    }
+
+    pub fn bytes(&self) -> u64 {
+        let m: usize = self
+            .matrices
+            .iter()
+            .map(|(r, s)| r.len() + 4 * s.len())
+            .sum();
+        (8 * self.nodes.len() + m + self.walkers.len()) as u64
+    }
+
+    fn crc(&self) -> u32 {
+        let mut h = crc32fast::Hasher::new();
+        for n in &self.nodes {
+            h.update(&n.to_le_bytes());
+        }
+        for (rows, state) in &self.matrices {
+            h.update(rows);
+            for x in state {
+                h.update(&x.to_le_bytes());
+            }
+        }
+        h.update(&self.walkers);
+        h.finalize()
+    }
+}
+
+pub fn version_dir(dir: &Path, v: u64) -> PathBuf {
+    dir.join(format!("v{v:08}"))
+}
+
+pub fn shard_path(dir: &Path, v: u64, rank: usize) -> PathBuf {
+    version_dir(dir, v).join(format!("shard-{rank:05}.h5"))
+}
+
+/// Write one shard file and fsync it. Runs on a background thread.
+pub fn write_shard(path: &Path, s: &Snapshot) -> Result<()> {
+    let err = |what: &'static str| move |e| Error::hdf5(path, what, e);
+    {
+        let f = hdf5::File::create(path).map_err(err("create checkpoint shard"))?;
+        let rows = s.nodes.len();
+        if rows > 0 {
+            f.new_dataset_builder()
+                .with_data(&s.nodes)
+                .create("nodes")
+                .map_err(err("write nodes"))?;
+            for (m, (data, state)) in s.matrices.iter().enumerate() {
+                let a = ndarray::ArrayView2::from_shape((rows, s.row_bytes), data)
+                    .expect("rows x row_bytes");
+                f.new_dataset_builder()
+                    .with_data(&a)
+                    .create(format!("rows{m}").as_str())
+                    .map_err(err("write rows"))?;
+                if s.state_per_row > 0 {
+                    let a = ndarray::ArrayView2::from_shape((rows, s.state_per_row), state)
+                        .expect("rows x state");
+                    f.new_dataset_builder()
+                        .with_data(&a)
+                        .create(format!("state{m}").as_str())
+                        .map_err(err("write state"))?;
+                }
+            }
+        }
+        if !s.walkers.is_empty() {
+            f.new_dataset_builder()
+                .with_data(&s.walkers)
+                .create("walkers")
+                .map_err(err("write walkers"))?;
+        }
+        let u = |name: &str, v: u64| -> hdf5::Result<()> {
+            f.new_attr::<u64>().create(name)?.write_scalar(&v)
+        };
+        let t = |name: &str, v: &str| -> hdf5::Result<()> {
+            let v: VarLenUnicode = v.parse().expect("no NUL in attribute text");
+            f.new_attr::<VarLenUnicode>().create(name)?.write_scalar(&v)
+        };
+        (|| -> hdf5::Result<()> {
+            u("format_version", FORMAT_VERSION)?;
+            u("rank", s.rank as u64)?;
+            u("ranks", s.ranks as u64)?;
+            u("rows", rows as u64)?;
+            u("matrices", s.matrices.len() as u64)?;
+            u("walker_bytes", s.walkers.len() as u64)?;
+            u("partition_fingerprint", s.fingerprint)?;
+            u("crc32", u64::from(s.crc()))?;
+            t("identity", &s.identity)?;
+            t(
+                "cursor",
+                &serde_json::to_string(&s.cursor).expect("cursor json"),
+            )?;
+            t("config", &s.config)
+        })()
+        .map_err(err("write attributes"))?;
+    }
+    fsync(path)
+}
+
+fn fsync(path: &Path) -> Result<()> {
+    std::fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| Error::io(path, e))
+}
+
+/// Version numbers of the `v*` directories in `dir`, ascending.
+fn versions_on_disk(dir: &Path) -> Vec<u64> {
+    let mut v: Vec<u64> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            name.strip_prefix('v')?.parse().ok()
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// The committed version named by `DIR/LATEST`, if any.
+pub fn latest(dir: &Path) -> Result<Option<u64>> {
+    let p = dir.join(LATEST);
+    match std::fs::read_to_string(&p) {
+        Ok(s) => s.trim().parse().map(Some).map_err(|_| {
+            Error::bad_input(
+                &p,
+                format!(
+                    "'{}' is not a version number; remove the file to start over or write the number of a complete v* directory",
+                    s.trim()
+                ),
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(p, e)),
+    }
+}
+
+/// Collective: the number the next version gets (above every directory already present).
+pub fn next_version(comm: &Comm, dir: &Path) -> Result<u64> {
+    let mine = if comm.rank() == 0 {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(dir, e))
+            .map(|_| versions_on_disk(dir).last().map_or(1, |v| v + 1))
+    } else {
+        Ok(0)
+    };
+    let v = agree(comm, mine)?;
+    Ok(comm.max_u64(v))
+}
+
+/// Rank 0, after every rank's shard of `v` is on disk: publish `v` and prune old versions.
+pub fn commit(dir: &Path, v: u64, ranks: usize, cursor: &Cursor) -> Result<()> {
+    let vdir = version_dir(dir, v);
+    let manifest = serde_json::json!({
+        "version": v,
+        "ranks": ranks,
+        "format_version": FORMAT_VERSION,
+        "step": cursor.step,
+        "epoch": cursor.epoch,
+    });
+    write_atomically(&vdir.join(MANIFEST), manifest.to_string().as_bytes())?;
+    fsync(&vdir)?;
+    write_atomically(&dir.join(LATEST), format!("{v}\n").as_bytes())?;
+    fsync(dir)?;
+    // Keep the newest KEEP committed versions; drop everything older.
+    let old: Vec<u64> = versions_on_disk(dir)
+        .into_iter()
+        .filter(|&x| x <= v)
+        .collect();
+    for &x in old.iter().rev().skip(KEEP) {
+        let p = version_dir(dir, x);
+        if let Err(e) = std::fs::remove_dir_all(&p) {
+            log::warn!("could not remove old checkpoint {}: {e}", p.display());
+        }
+    }
+    Ok(())
+}
+
+fn write_atomically(path: &Path, data: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    f.write_all(data)
+        .and_then(|_| f.sync_all())
+        .map_err(|e| Error::io(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+}
+
+/// Why a shard could not be used.
+enum Unusable {
+    /// Another run's checkpoint: never fall back, refuse.
+    Mismatch(String),
+    /// Damaged or incomplete: try the previous version.
+    Corrupt(String),
+}
+
+/// A shard as read and checked.
+struct ShardData {
+    nodes: Vec<u64>,
+    matrices: Vec<(Vec<u8>, Vec<f32>)>,
+    walkers: Vec<u8>,
+    cursor: Cursor,
+}
+
+fn read_shard(
+    path: &Path,
+    ident: &serde_json::Value,
+    matrices: usize,
+    row_bytes: usize,
+    spr: usize,
+    num_nodes: u64,
+) -> std::result::Result<ShardData, Unusable> {
+    let shown = path.display();
+    let corrupt = |m: String| Unusable::Corrupt(format!("{shown}: {m}"));
+    let f = hdf5::File::open(path).map_err(|e| corrupt(format!("cannot open: {e}")))?;
+    let u = |name: &str| -> std::result::Result<u64, Unusable> {
+        f.attr(name)
+            .and_then(|a| a.read_scalar::<u64>())
+            .map_err(|_| corrupt(format!("attribute '{name}' missing or not a u64")))
+    };
+    let t = |name: &str| -> std::result::Result<String, Unusable> {
+        f.attr(name)
+            .and_then(|a| a.read_scalar::<VarLenUnicode>())
+            .map(|s| s.as_str().to_string())
+            .map_err(|_| corrupt(format!("attribute '{name}' missing or not text")))
+    };
+    let fv = u("format_version")?;
+    if fv != FORMAT_VERSION {
+        return Err(Unusable::Mismatch(format!(
+            "{shown}: checkpoint format {fv}, this graphscale reads format {FORMAT_VERSION}"
+        )));
+    }
+    let saved: serde_json::Value = serde_json::from_str(&t("identity")?)
+        .map_err(|e| corrupt(format!("attribute 'identity': {e}")))?;
+    let diff = differences(&saved, ident);
+    if !diff.is_empty() {
+        return Err(Unusable::Mismatch(format!(
+            "{shown} was written by a different run: {}",
+            diff.join("; ")
+        )));
+    }
+    let cursor: Cursor = serde_json::from_str(&t("cursor")?)
+        .map_err(|e| corrupt(format!("attribute 'cursor': {e}")))?;
+    let rows = u("rows")?;
+    if rows > num_nodes {
+        return Err(corrupt(format!(
+            "{rows} rows for a graph of {num_nodes} nodes"
+        )));
+    }
+    if u("matrices")? != matrices as u64 {
+        return Err(corrupt("wrong number of matrices".into()));
+    }
+    let rows = rows as usize;
+    let ds_len = |name: &str, want: usize, cols: usize| -> std::result::Result<(), Unusable> {
+        let d = f
+            .dataset(name)
+            .map_err(|_| corrupt(format!("dataset '{name}' missing")))?;
+        let shape = d.shape();
+        let ok = if cols == 0 {
+            shape == [want]
+        } else {
+            shape == [want, cols]
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(corrupt(format!("dataset '{name}' has shape {shape:?}")))
+        }
+    };
+    let mut data = ShardData {
+        nodes: Vec::new(),
+        matrices: Vec::new(),
+        walkers: Vec::new(),
+        cursor,
+    };
+    let read_err = |name: &str, e: hdf5::Error| corrupt(format!("reading '{name}': {e}"));
+    if rows > 0 {
+        ds_len("nodes", rows, 0)?;
+        data.nodes = f
+            .dataset("nodes")
+            .and_then(|d| d.read_raw::<u64>())
+            .map_err(|e| read_err("nodes", e))?;
+        for m in 0..matrices {
+            let name = format!("rows{m}");
+            ds_len(&name, rows, row_bytes)?;
+            let r = f
+                .dataset(&name)
+                .and_then(|d| d.read_raw::<u8>())
+                .map_err(|e| read_err(&name, e))?;
+            let s = if spr > 0 {
+                let name = format!("state{m}");
+                ds_len(&name, rows, spr)?;
+                f.dataset(&name)
+                    .and_then(|d| d.read_raw::<f32>())
+                    .map_err(|e| read_err(&name, e))?
+            } else {
+                Vec::new()
+            };
+            data.matrices.push((r, s));
+        }
+    } else {
+        data.matrices = vec![(Vec::new(), Vec::new()); matrices];
+    }
+    let wb = u("walker_bytes")? as usize;
+    if wb > 0 {
+        ds_len("walkers", wb, 0)?;
+        data.walkers = f
+            .dataset("walkers")
+            .and_then(|d| d.read_raw::<u8>())
+            .map_err(|e| read_err("walkers", e))?;
+    }
+    let snap = Snapshot {
+        rank: 0,
+        ranks: 0,
+        nodes: data.nodes,
+        matrices: data.matrices,
+        row_bytes,
+        state_per_row: spr,
+        walkers: data.walkers,
+        cursor: Cursor::default(),
+        identity: String::new(),
+        config: String::new(),
+        fingerprint: 0,
+    };
+    if u64::from(snap.crc()) != u("crc32")? {
+        return Err(corrupt(
+            "checksum mismatch: the shard was damaged after it was written".into(),
+        ));
+    }
+    if let Some(bad) = snap.nodes.iter().find(|&&n| n >= num_nodes) {
+        return Err(corrupt(format!("node id {bad} is outside the graph")));
+    }
+    Ok(ShardData {
+        nodes: snap.nodes,
+        matrices: snap.matrices,
+        walkers: snap.walkers,
+        cursor: data.cursor,
+    })
+}
+
+/// A resumed state: the version, the global cursor (rank 0's shard) and this rank's walkers.
+pub struct Restored {
+    pub version: u64,
+    pub cursor: Cursor,
+    /// The old run had as many ranks as this one: `cursor.next_start` is this rank's own.
+    pub same_ranks: bool,
+    /// Encoded walkers whose current node this rank owns.
+    pub walkers: Vec<u8>,
+}
+
+/// Collective: load the newest usable committed version of `dir` into `shards`. `Ok(None)` when
+/// the directory holds no committed version. `route_walkers` splits encoded walkers by owner.
+pub fn restore(
+    comm: &Comm,
+    dir: &Path,
+    g: &LocalGraph,
+    ident: &serde_json::Value,
+    shards: &mut [Shard],
+    route_walkers: impl Fn(&[u8], usize) -> std::result::Result<Vec<Vec<u8>>, String>,
+) -> Result<Option<Restored>> {
+    // Rank 0 lists the candidates: committed versions, newest first, with their rank counts.
+    let listed = if comm.rank() == 0 {
+        candidates(dir)
+    } else {
+        Ok(Vec::new())
+    };
+    let listed = agree(comm, listed)?;
+    let bytes = comm.all_gather_bytes(&serde_json::to_vec(&listed).expect("json"));
+    let list: Vec<(u64, usize)> = serde_json::from_slice(&bytes[0]).expect("json");
+    if list.is_empty() {
+        if comm.rank() == 0 {
+            eprintln!(
+                "graphscale: no committed checkpoint in {}; starting from the beginning",
+                dir.display()
+            );
+        }
+        return Ok(None);
+    }
+    let (matrices, rb, spr) = (shards.len(), shards[0].row_bytes(), shards[0].state_per_row);
+    let mut skipped = Vec::new();
+    for &(v, old_ranks) in &list {
+        let mut local: std::result::Result<Vec<ShardData>, Unusable> = Ok(Vec::new());
+        for s in (comm.rank()..old_ranks).step_by(comm.size()) {
+            let r = read_shard(
+                &shard_path(dir, v, s),
+                ident,
+                matrices,
+                rb,
+                spr,
+                g.num_nodes(),
+            );
+            match (r, &mut local) {
+                (Ok(d), Ok(all)) => all.push(d),
+                (Err(e), Ok(_)) => local = Err(e),
+                _ => {}
+            }
+        }
+        let code = match &local {
+            Ok(_) => 0,
+            Err(Unusable::Corrupt(_)) => 1,
+            Err(Unusable::Mismatch(_)) => 2,
+        };
+        let worst = comm.max_u64(code);
+        if worst == 2 {
+            let mine = match local {
+                Err(Unusable::Mismatch(m)) => Err(Error::Mismatch(format!(
+                    "refusing to resume: {m}. Resume with the original settings, or point --resume at this run's own checkpoint directory."
+                ))),
+                _ => Ok(()),
+            };
+            agree(comm, mine)?;
+            unreachable!("agree fails when a rank failed");
+        }
+        let outcome = match local {
+            Err(Unusable::Corrupt(m)) => Err(m),
+            Err(Unusable::Mismatch(_)) => unreachable!("handled above"),
+            Ok(data) if worst == 0 => install(comm, g, shards, data, &route_walkers),
+            Ok(_) => Err(String::new()),
+        };
+        let failed = comm.max_u64(u64::from(outcome.is_err()));
+        if failed == 0 {
+            let (cursor, walkers) = outcome.expect("checked");
+            // Rank 0 read old shard 0: its cursor is the global one.
+            let c = comm.all_gather_bytes(&serde_json::to_vec(&cursor).expect("json"));
+            let global: Cursor = serde_json::from_slice(&c[0]).expect("json");
+            if comm.rank() == 0 {
+                eprintln!(
+                    "graphscale: resuming from checkpoint version {v} ({} ranks then, {} now; step {})",
+                    old_ranks,
+                    comm.size(),
+                    global.step
+                );
+            }
+            return Ok(Some(Restored {
+                version: v,
+                cursor: Cursor {
+                    next_start: cursor.next_start,
+                    ..global
+                },
+                same_ranks: old_ranks == comm.size(),
+                walkers,
+            }));
+        }
+        let msg = outcome.err().unwrap_or_default();
+        let all = comm.all_gather_bytes(msg.as_bytes());
+        let why: Vec<String> = all
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| !m.is_empty())
+            .map(|(r, m)| format!("rank {r}: {}", String::from_utf8_lossy(m)))
+            .collect();
+        if comm.rank() == 0 {
+            eprintln!(
+                "graphscale: WARNING: checkpoint version {v} in {} is unusable ({}); trying the previous one",
+                dir.display(),
+                why.join("; ")
+            );
+        }
+        skipped.push(format!("v{v}: {}", why.join("; ")));
+    }
+    Err(Error::bad_input(
+        dir,
+        format!(
+            "no usable checkpoint (tried {}); remove the directory to start over",
+            skipped.join(" | ")
+        ),
+    ))
+}
+
+/// Committed versions (at most the one `LATEST` names, with a manifest), newest first.
+fn candidates(dir: &Path) -> Result<Vec<(u64, usize)>> {
+    let Some(latest) = latest(dir)? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for v in versions_on_disk(dir)
+        .into_iter()
+        .rev()
+        .filter(|&v| v <= latest)
+    {
+        let p = version_dir(dir, v).join(MANIFEST);
+        let ranks = std::fs::read(&p)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|m| m.get("ranks")?.as_u64());
+        match ranks {
+            Some(r) if r > 0 && r < 1 << 24 => out.push((v, r as usize)),
+            _ => eprintln!(
+                "graphscale: WARNING: {} is missing or unreadable; skipping checkpoint version {v}",
+                p.display()
+            ),
+        }
+    }
+    if !out.iter().any(|&(v, _)| v == latest) {
+        eprintln!(
+            "graphscale: WARNING: {}/LATEST names version {latest}, which is incomplete",
+            dir.display()
+        );
+    }
+    Ok(out)
+}
+
+/// Route the read rows to their owners in this run and write them into the shards. Returns the
+/// cursor of the first shard read (if any) and this rank's walkers.
+fn install(
+    comm: &Comm,
+    g: &LocalGraph,
+    shards: &mut [Shard],
+    data: Vec<ShardData>,
+    route_walkers: &impl Fn(&[u8], usize) -> std::result::Result<Vec<Vec<u8>>, String>,
+) -> std::result::Result<(Cursor, Vec<u8>), String> {
+    let (rb, spr) = (shards[0].row_bytes(), shards[0].state_per_row);
+    let rec = 8 + shards.len() * (rb + 4 * spr);
+    let mut send = vec![Vec::new(); comm.size()];
+    let mut walker_send = vec![Vec::new(); comm.size()];
+    let mut cursor = Cursor::default();
+    let mut err = None;
+    for (k, d) in data.iter().enumerate() {
+        if k == 0 {
+            cursor = d.cursor.clone();
+        }
+        for (i, &node) in d.nodes.iter().enumerate() {
+            let b = &mut send[g.part.owner(node)];
+            b.extend_from_slice(&node.to_le_bytes());
+            for (rows, state) in &d.matrices {
+                b.extend_from_slice(&rows[i * rb..(i + 1) * rb]);
+                for x in &state[i * spr..(i + 1) * spr] {
+                    b.extend_from_slice(&x.to_le_bytes());
+                }
+            }
+        }
+        match route_walkers(&d.walkers, comm.size()) {
+            Ok(parts) => {
+                for (o, p) in parts.into_iter().enumerate() {
+                    walker_send[o].extend(p);
+                }
+            }
+            Err(e) => err = Some(e),
+        }
+    }
+    let recv = comm.all_to_all_v(send);
+    let walkers: Vec<u8> = comm.all_to_all_v(walker_send).concat();
+    let n = g.num_local();
+    let mut seen = vec![false; n];
+    for b in &recv {
+        for r in b.chunks_exact(rec) {
+            let node = u64::from_le_bytes(r[..8].try_into().expect("8 bytes"));
+            let (owner, row) = g.part.locate(node);
+            if owner != comm.rank() || seen[row] {
+                err.get_or_insert(format!("node {node} arrived twice or at the wrong rank"));
+                continue;
+            }
+            seen[row] = true;
+            let mut o = 8;
+            for s in shards.iter_mut() {
+                let bytes = &r[o..o + rb];
+                s.window
+                    .with_local_mut(|w| w[row * rb..(row + 1) * rb].copy_from_slice(bytes));
+                o += rb;
+                for (j, c) in r[o..o + 4 * spr].chunks_exact(4).enumerate() {
+                    s.state[row * spr + j] = f32::from_le_bytes(c.try_into().expect("4 bytes"));
+                }
+                o += 4 * spr;
+            }
+        }
+    }
+    let have = seen.iter().filter(|&&x| x).count();
+    if have != n && err.is_none() {
+        err = Some(format!("holds {have} of this rank's {n} rows"));
+    }
+    match err {
+        Some(e) => Err(e),
+        None => Ok((cursor, walkers)),
+    }
+}
+
+/// A background shard write: the thread, and the version it belongs to.
+pub struct Writing {
+    pub version: u64,
+    pub cursor: Cursor,
+    pub handle: std::thread::JoinHandle<Result<()>>,
+}
+
+/// Has `comm.rank()`'s writer finished? (for the collective decision to commit)
+pub fn writer_done(w: &Option<Writing>) -> bool {
+    w.as_ref().is_none_or(|w| w.handle.is_finished())
+}
+
+/// Collective: wait for every rank's writer, agree on the outcome, commit on rank 0.
+pub fn finish_writing(comm: &Comm, dir: &Path, w: Writing) -> Result<()> {
+    let r = w
+        .handle
+        .join()
+        .unwrap_or_else(|_| Err(Error::config("the checkpoint writer panicked")));
+    agree(comm, r)?;
+    let c = if comm.rank() == 0 {
+        commit(dir, w.version, comm.size(), &w.cursor)
+    } else {
+        Ok(())
+    };
+    agree(comm, c)
+}
+
+/// Sum-reduce helper kept here so the trainer's per-step check is one call.
+pub fn poll(comm: &Comm, due: bool, done: bool) -> (bool, bool) {
+    let v = comm.all_reduce_u64(&[u64::from(due), u64::from(done)], ReduceOp::Sum);
+    (v[0] > 0, v[1] == comm.size() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_differences_name_each_setting() {
+        let a = serde_json::json!({"dim": 64, "model": "deepwalk", "graph_nodes": 10});
+        let b = serde_json::json!({"dim": 128, "model": "deepwalk", "graph_nodes": 10});
+        let d = differences(&a, &b);
+        assert_eq!(d, vec!["dim: checkpoint 64, this run 128".to_string()]);
+        assert!(differences(&b, &b).is_empty());
+    }
+
+    #[test]
+    fn latest_is_read_and_garbage_is_refused() {
+        let t = tempfile::tempdir().expect("tempdir");
+        assert!(latest(t.path()).expect("no file is fine").is_none());
+        write_atomically(&t.path().join(LATEST), b"12\n").expect("write");
+        assert_eq!(latest(t.path()).expect("readable"), Some(12));
+        std::fs::write(t.path().join(LATEST), "x").expect("write");
+        let e = latest(t.path()).expect_err("garbage").to_string();
+        assert!(
+            e.contains("LATEST") && e.contains("not a version number"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn commit_publishes_and_keeps_the_last_versions() {
+        let t = tempfile::tempdir().expect("tempdir");
+        for v in 1..=4 {
+            std::fs::create_dir_all(version_dir(t.path(), v)).expect("mkdir");
+        }
+        commit(t.path(), 4, 3, &Cursor::default()).expect("commit");
+        assert_eq!(latest(t.path()).expect("latest"), Some(4));
+        assert_eq!(versions_on_disk(t.path()), vec![3, 4]);
+        assert_eq!(candidates(t.path()).expect("list"), vec![(4, 3)]);
+        // An uncommitted newer directory is never a candidate.
+        std::fs::create_dir_all(version_dir(t.path(), 5)).expect("mkdir");
+        assert_eq!(candidates(t.path()).expect("list"), vec![(4, 3)]);
+    }
+}

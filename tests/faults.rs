@@ -1,0 +1,301 @@
+//! Failure behaviour and checkpoints: injected faults end the whole job in bounded time, a killed
+//! run resumes from its last committed checkpoint to the quality of an uninterrupted run,
+//! checkpoints re-shard across rank counts exactly, and damaged or foreign checkpoints are
+//! skipped or refused with a message.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::time::Instant;
+
+fn train_args<'a>(g: &'a str, out: &'a str) -> Vec<&'a str> {
+    vec![
+        "--graph",
+        g,
+        "--dim",
+        "32",
+        "--walks-per-node",
+        "6",
+        "--walk-length",
+        "20",
+        "--window",
+        "5",
+        "-o",
+        out,
+        "--comm-timeout",
+        "10",
+    ]
+}
+
+fn micro_f1(emb: &Path, labels: &Path) -> f64 {
+    let o = run(
+        120,
+        &[
+            "eval",
+            "nodeclf",
+            "--embeddings",
+            s(emb),
+            "--labels",
+            s(labels),
+            "--train-fractions",
+            "0.5",
+            "--repeats",
+            "2",
+            "--json",
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.all());
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("json");
+    v["results"]["0.5"]["micro_f1"].as_f64().expect("micro_f1")
+}
+
+fn rows(path: &Path) -> Vec<f32> {
+    let f = hdf5::File::open(path).expect("open embeddings");
+    f.dataset("embeddings")
+        .and_then(|d| d.read_raw::<f32>())
+        .expect("read embeddings")
+}
+
+#[test]
+fn every_injected_fault_ends_the_job_within_the_timeout() {
+    let d = tmp();
+    let (g, _) = sbm(d.path(), 600, 4);
+    let out = p(d.path(), "emb.h5");
+    for kind in ["panic", "exit", "hang", "kill"] {
+        let fault = format!("rank=1,step=5,kind={kind}");
+        let mut args = train_args(s(&g), s(&out));
+        args.extend_from_slice(&["--inject-fault", &fault]);
+        let t = Instant::now();
+        let o = mpirun(3, 90, &args);
+        let secs = t.elapsed().as_secs_f64();
+        assert_ne!(o.code, 0, "{kind}: {}", o.all());
+        assert_ne!(o.code, 124, "{kind}: the job hung: {}", o.all());
+        // --comm-timeout (10 s) plus launch, load and teardown.
+        assert!(
+            secs < 10.0 + 20.0,
+            "{kind}: the job took {secs:.1} s to end"
+        );
+        let all = o.all();
+        let named = match kind {
+            "panic" => all.contains("rank 1") && all.contains("injected fault at step 5"),
+            // mpirun reports the dead process; our ranks report the stalled collective.
+            "kill" => all.contains("rank 1") && all.contains("signal 9"),
+            "hang" => all.contains("did not complete within --comm-timeout"),
+            _ => all.contains("rank 1"),
+        };
+        assert!(named, "{kind}: the failure is not explained: {all}");
+    }
+}
+
+#[test]
+fn a_killed_run_resumes_from_its_last_checkpoint_to_full_quality() {
+    let d = tmp();
+    let (g, labels) = sbm(d.path(), 2000, 10);
+    // An uninterrupted run for reference.
+    let full = p(d.path(), "full.h5");
+    let o = mpirun(4, 120, &train_args(s(&g), s(&full)));
+    assert_eq!(o.code, 0, "{}", o.all());
+    let reference = micro_f1(&full, &labels);
+    assert!(reference >= 0.9, "uninterrupted Micro-F1 {reference}");
+
+    for seed in 0..10u64 {
+        let ck = p(d.path(), &format!("ck{seed}"));
+        let out = p(d.path(), &format!("emb{seed}.h5"));
+        // A random rank dies at a random step (SIGKILL: no chance to clean up).
+        let rank = seed % 4;
+        let step = 12 + (seed * 7919) % 90;
+        let fault = format!("rank={rank},step={step},kind=kill");
+        let seed_s = seed.to_string();
+        let mut args = train_args(s(&g), s(&out));
+        args.extend_from_slice(&[
+            "--seed",
+            &seed_s,
+            "--checkpoint-dir",
+            s(&ck),
+            "--checkpoint-every",
+            "4",
+        ]);
+        let mut killed = args.clone();
+        killed.extend_from_slice(&["--inject-fault", &fault]);
+        let t = Instant::now();
+        let o = mpirun(4, 120, &killed);
+        assert_ne!(
+            o.code,
+            0,
+            "seed {seed}: a killed run must fail: {}",
+            o.all()
+        );
+        assert_ne!(o.code, 124, "seed {seed}: the job hung: {}", o.all());
+        assert!(t.elapsed().as_secs() < 40, "seed {seed}: slow to end");
+        assert!(!out.exists(), "seed {seed}: a killed run wrote output");
+        assert!(
+            ck.join("LATEST").exists(),
+            "seed {seed}: nothing committed before step {step}"
+        );
+
+        let mut resumed = args.clone();
+        resumed.extend_from_slice(&["--resume", s(&ck)]);
+        let o = mpirun(4, 120, &resumed);
+        assert_eq!(o.code, 0, "seed {seed}: {}", o.all());
+        assert!(
+            o.stderr.contains("resuming from checkpoint version"),
+            "{}",
+            o.stderr
+        );
+        let f1 = micro_f1(&out, &labels);
+        assert!(
+            f1 >= reference - 0.03,
+            "seed {seed}: resumed Micro-F1 {f1} vs uninterrupted {reference}"
+        );
+    }
+}
+
+#[test]
+fn checkpoints_reshard_exactly_across_rank_counts() {
+    let d = tmp();
+    let (g, _) = sbm(d.path(), 500, 5);
+    let ck = p(d.path(), "ck");
+    let first = p(d.path(), "first.h5");
+    let mut args = train_args(s(&g), s(&first));
+    args.extend_from_slice(&[
+        "--checkpoint-dir",
+        s(&ck),
+        "--checkpoint-every",
+        "10",
+        "--optimizer",
+        "adagrad",
+    ]);
+    let o = mpirun(4, 120, &args);
+    assert_eq!(o.code, 0, "{}", o.all());
+    // The final state is committed: resuming it trains nothing more and writes the same rows,
+    // whatever the number of ranks (4 -> 2 -> 3, via the in-process transport too).
+    let saved = rows(&first);
+    for (how, n) in [("mpi", 2), ("mpi", 3), ("local", 3)] {
+        let out = p(d.path(), &format!("{how}{n}.h5"));
+        let mut a = train_args(s(&g), s(&out));
+        a.extend_from_slice(&["--optimizer", "adagrad", "--resume", s(&ck)]);
+        let o = if how == "mpi" {
+            mpirun(n, 120, &a)
+        } else {
+            let ranks = n.to_string();
+            a.extend_from_slice(&["--ranks", &ranks]);
+            run(120, &a)
+        };
+        assert_eq!(o.code, 0, "{how} {n}: {}", o.all());
+        assert_eq!(rows(&out), saved, "{how} {n}: re-sharded rows differ");
+    }
+}
+
+#[test]
+fn damaged_uncommitted_and_foreign_checkpoints() {
+    let d = tmp();
+    let (g, _) = sbm(d.path(), 400, 4);
+    let ck = p(d.path(), "ck");
+    let out = p(d.path(), "emb.h5");
+    let mut args = train_args(s(&g), s(&out));
+    args.extend_from_slice(&[
+        "--checkpoint-dir",
+        s(&ck),
+        "--checkpoint-every",
+        "5",
+        "--ranks",
+        "2",
+    ]);
+    let o = run(120, &args);
+    assert_eq!(o.code, 0, "{}", o.all());
+    let latest: u64 = std::fs::read_to_string(ck.join("LATEST"))
+        .expect("LATEST")
+        .trim()
+        .parse()
+        .expect("number");
+    let vdir = |v: u64| ck.join(format!("v{v:08}"));
+    assert!(vdir(latest).exists() && vdir(latest - 1).exists());
+    assert!(!vdir(latest - 2).exists(), "old versions are pruned");
+
+    // A crash between the shard writes and the commit leaves a newer, uncommitted directory.
+    std::fs::create_dir_all(vdir(latest + 1)).expect("mkdir");
+    std::fs::copy(
+        vdir(latest).join("shard-00000.h5"),
+        vdir(latest + 1).join("shard-00000.h5"),
+    )
+    .expect("copy");
+    let mut resume = train_args(s(&g), s(&out));
+    resume.extend_from_slice(&["--resume", s(&ck), "--ranks", "2"]);
+    let o = run(120, &resume);
+    assert_eq!(o.code, 0, "{}", o.all());
+    assert!(
+        o.stderr
+            .contains(&format!("resuming from checkpoint version {latest} ")),
+        "{}",
+        o.stderr
+    );
+
+    // A damaged shard in the newest version: the previous version is used, loudly.
+    let shard = vdir(latest).join("shard-00001.h5");
+    let mut bytes = std::fs::read(&shard).expect("read shard");
+    let n = bytes.len();
+    for b in &mut bytes[n / 2..n / 2 + 64] {
+        *b ^= 0x5a;
+    }
+    std::fs::write(&shard, bytes).expect("write shard");
+    let o = run(120, &resume);
+    assert_eq!(o.code, 0, "{}", o.all());
+    assert!(o.stderr.contains("unusable"), "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains(&format!("resuming from checkpoint version {} ", latest - 1)),
+        "{}",
+        o.stderr
+    );
+
+    // Another run's settings: refused, naming what differs.
+    let mut foreign = resume.clone();
+    foreign.extend_from_slice(&["--dim", "16"]);
+    let o = run(120, &foreign);
+    assert_eq!(o.code, 1, "{}", o.all());
+    assert!(
+        o.stderr.contains("dim: checkpoint 32, this run 16"),
+        "{}",
+        o.stderr
+    );
+}
+
+#[test]
+fn on_nan_skip_drops_batches_and_finishes() {
+    let d = tmp();
+    let (g, _) = sbm(d.path(), 300, 3);
+    let out = p(d.path(), "emb.h5");
+    let m = p(d.path(), "m.jsonl");
+    let o = run(
+        60,
+        &[
+            "--graph",
+            s(&g),
+            "--lr",
+            "1e30",
+            "--walks-per-node",
+            "2",
+            "--walk-length",
+            "10",
+            "--dim",
+            "8",
+            "--on-nan",
+            "skip",
+            "-o",
+            s(&out),
+            "--metrics",
+            s(&m),
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.all());
+    let text = std::fs::read_to_string(&m).expect("metrics");
+    let skipped: u64 = text
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("json");
+            v["skipped_batches"].as_u64().expect("field")
+        })
+        .sum();
+    assert!(skipped > 0, "no batch was skipped: {text}");
+}
