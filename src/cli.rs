@@ -53,6 +53,8 @@ pub enum Command {
     Info(InfoCmd),
     /// Export embeddings to .npy or word2vec text
     Export(ExportCmd),
+    /// Hold out edges for link prediction (keeps the graph connected; serial)
+    Split(SplitCmd),
     /// Evaluate embeddings
     #[command(subcommand)]
     Eval(EvalCmd),
@@ -75,8 +77,43 @@ pub struct SelftestCmd {
     pub rounds: usize,
 }
 
+#[derive(Debug, Args)]
+pub struct SplitCmd {
+    #[arg(long)]
+    pub graph: PathBuf,
+    /// Fraction of the edges to hold out
+    #[arg(long, default_value_t = 0.1)]
+    pub test_fraction: f64,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// The training graph (all other edges)
+    #[arg(short = 'o', long)]
+    pub output: PathBuf,
+    /// The held-out edges and as many sampled non-edges (`neg_src`, `neg_dst`)
+    #[arg(long)]
+    pub test: PathBuf,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum EvalCmd {
+    /// Link prediction: ROC-AUC on held-out edges vs non-edges, MRR and Hits@1/3/10
+    Linkpred {
+        #[arg(long)]
+        embeddings: PathBuf,
+        /// A test file written by `graphscale split`
+        #[arg(long)]
+        test: PathBuf,
+        /// dot: e_u . e_v; hadamard: logistic regression on e_u * e_v (node2vec)
+        #[arg(long, value_enum, default_value = "dot")]
+        score: crate::linkpred::Score,
+        /// Corrupted pairs each true edge is ranked against (MRR, Hits@k)
+        #[arg(long, default_value_t = 100)]
+        corrupt: usize,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[arg(long)]
+        json: bool,
+    },
     /// Node classification (DeepWalk protocol): one-vs-rest logistic regression, Micro/Macro-F1
     Nodeclf {
         #[arg(long)]
@@ -90,6 +127,9 @@ pub enum EvalCmd {
         repeats: usize,
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Use these splits instead of random ones: JSON {"perms": [[node, ...], ...]}
+        #[arg(long)]
+        splits: Option<PathBuf>,
         /// Print {"results": {"0.1": {"micro_f1": ..}}} instead of a table
         #[arg(long)]
         json: bool,

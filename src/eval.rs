@@ -220,7 +220,45 @@ fn f1_of(scores: &[Vec<f64>], truth: &[&Vec<u32>], num_labels: usize) -> (f64, f
     (micro, macro_)
 }
 
-/// Run the protocol for each training fraction.
+/// Read `--splits`: JSON `{"perms": [[node, ...], ...]}`, one permutation of the labeled nodes
+/// per repeat (the first round(f n) train, the rest test), to evaluate on exactly the splits of
+/// another tool (`bench/crosscheck_nodeclf.py` uses it against scikit-learn).
+pub fn read_splits(path: &Path, labels: &Labels) -> Result<Vec<Vec<usize>>> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    #[derive(serde::Deserialize)]
+    struct Splits {
+        perms: Vec<Vec<usize>>,
+    }
+    let s: Splits = serde_json::from_str(&text).map_err(|e| {
+        Error::bad_input(
+            path,
+            format!("expected {{\"perms\": [[node, ...], ...]}}: {e}"),
+        )
+    })?;
+    let mut labeled: Vec<usize> = (0..labels.per_node.len())
+        .filter(|&i| !labels.per_node[i].is_empty())
+        .collect();
+    labeled.sort_unstable();
+    for (k, p) in s.perms.iter().enumerate() {
+        let mut q = p.clone();
+        q.sort_unstable();
+        if q != labeled {
+            return Err(Error::bad_input(
+                path,
+                format!(
+                    "permutation {k} is not a permutation of the {} labeled nodes",
+                    labeled.len()
+                ),
+            ));
+        }
+    }
+    if s.perms.is_empty() {
+        return Err(Error::bad_input(path, "no permutations"));
+    }
+    Ok(s.perms)
+}
+
+/// Run the protocol for each training fraction (random splits from `seed`, or `splits`).
 pub fn node_classification(
     emb: &[f32],
     dim: usize,
@@ -228,6 +266,7 @@ pub fn node_classification(
     fractions: &[f64],
     repeats: usize,
     seed: u64,
+    splits: Option<&[Vec<usize>]>,
 ) -> Result<Vec<(f64, F1)>> {
     let nodes: Vec<usize> = (0..labels.per_node.len())
         .filter(|&i| !labels.per_node[i].is_empty())
@@ -243,21 +282,39 @@ pub fn node_classification(
             )));
         }
         let mut runs = Vec::new();
-        for rep in 0..repeats {
-            let mut rng = crate::sample::rng_for(seed, rep, (frac * 1e6) as u64);
-            let mut perm = nodes.clone();
-            for i in (1..perm.len()).rev() {
-                perm.swap(i, rng.random_range(0..=i));
-            }
-            let ntr = ((frac * perm.len() as f64) as usize).clamp(1, perm.len() - 1);
+        let reps = splits.map_or(repeats, <[_]>::len);
+        for rep in 0..reps {
+            let perm = match splits {
+                Some(s) => s[rep].clone(),
+                None => {
+                    let mut rng = crate::sample::rng_for(seed, rep, (frac * 1e6) as u64);
+                    let mut perm = nodes.clone();
+                    for i in (1..perm.len()).rev() {
+                        perm.swap(i, rng.random_range(0..=i));
+                    }
+                    perm
+                }
+            };
+            let ntr = ((frac * perm.len() as f64).round() as usize).clamp(1, perm.len() - 1);
             let (train, test) = perm.split_at(ntr);
             let x: Vec<f32> = train
                 .iter()
                 .flat_map(|&i| emb[i * dim..(i + 1) * dim].iter().copied())
                 .collect();
-            let models: Vec<Vec<f64>> = (0..labels.num_labels)
+            // A label without a positive training node cannot be learned: it is never predicted
+            // (it still counts in Macro-F1), as in the reference protocol.
+            let mut present = vec![false; labels.num_labels];
+            for &i in train {
+                for &l in &labels.per_node[i] {
+                    present[l as usize] = true;
+                }
+            }
+            let models: Vec<Option<Vec<f64>>> = (0..labels.num_labels)
                 .into_par_iter()
                 .map(|l| {
+                    if !present[l] {
+                        return None;
+                    }
                     let y: Vec<f32> = train
                         .iter()
                         .map(|&i| {
@@ -268,7 +325,7 @@ pub fn node_classification(
                             }
                         })
                         .collect();
-                    fit_binary(&x, dim, &y, 1.0)
+                    Some(fit_binary(&x, dim, &y, 1.0))
                 })
                 .collect();
             let scores: Vec<Vec<f64>> = test
@@ -277,12 +334,15 @@ pub fn node_classification(
                     let e = &emb[i * dim..(i + 1) * dim];
                     models
                         .iter()
-                        .map(|w| {
-                            e.iter()
-                                .zip(w)
-                                .map(|(&a, &b)| f64::from(a) * b)
-                                .sum::<f64>()
-                                + w[dim]
+                        .map(|w| match w {
+                            None => f64::NEG_INFINITY,
+                            Some(w) => {
+                                e.iter()
+                                    .zip(w)
+                                    .map(|(&a, &b)| f64::from(a) * b)
+                                    .sum::<f64>()
+                                    + w[dim]
+                            }
                         })
                         .collect()
                 })

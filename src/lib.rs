@@ -7,6 +7,7 @@
 pub mod comm;
 pub mod error;
 pub mod graph;
+pub mod linkpred;
 pub mod spmd;
 
 pub use error::{Error, Result};

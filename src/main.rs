@@ -6,7 +6,8 @@ use std::time::Duration;
 use clap::Parser;
 
 use graphscale::cli::{
-    Cli, Command, ConvertCmd, EvalCmd, ExportCmd, GenerateCmd, InfoCmd, SelftestCmd, TrainCmd,
+    Cli, Command, ConvertCmd, EvalCmd, ExportCmd, GenerateCmd, InfoCmd, SelftestCmd, SplitCmd,
+    TrainCmd,
 };
 use graphscale::comm::{local, mpi::MpiComm, Comm};
 use graphscale::config::{RawTrain, TrainConfig};
@@ -51,6 +52,7 @@ fn main() {
         Some(Command::Generate(g)) => serial(generate_cmd(&g)),
         Some(Command::Export(x)) => serial(export_cmd(&x)),
         Some(Command::Eval(e)) => serial(eval_cmd(&e)),
+        Some(Command::Split(ref x)) => serial(split_cmd(x)),
         Some(Command::Info(ref i)) => spmd(&cli.global, |c| info(c, i)),
         Some(Command::Selftest(ref s)) => spmd(&cli.global, |c| selftest(c, s)),
         Some(Command::Train(ref t)) => spmd(&cli.global, |c| train_cmd(c, t)),
@@ -184,15 +186,56 @@ fn generate_cmd(g: &GenerateCmd) -> Result<()> {
     Ok(())
 }
 
+fn split_cmd(x: &SplitCmd) -> Result<()> {
+    let s = graphscale::linkpred::split(&x.graph, x.test_fraction, x.seed, &x.output, &x.test)?;
+    println!(
+        "split {}: {} edges -> {} training ({}), {} held out + {} non-edges ({})",
+        x.graph.display(),
+        s.edges,
+        s.train_edges,
+        x.output.display(),
+        s.test_edges,
+        s.test_edges,
+        x.test.display()
+    );
+    Ok(())
+}
+
 fn eval_cmd(e: &EvalCmd) -> Result<()> {
+    if let EvalCmd::Linkpred {
+        embeddings,
+        test,
+        score,
+        corrupt,
+        seed,
+        json,
+    } = e
+    {
+        let (rows, dim, data) = train::output::read_embeddings(embeddings)?;
+        let t = graphscale::linkpred::read_test(test, rows)?;
+        let r = graphscale::linkpred::link_prediction(&data, dim, &t, *score, *corrupt, *seed);
+        if *json {
+            println!("{}", serde_json::to_string(&r).expect("json"));
+        } else {
+            println!(
+                "link prediction ({score:?}): {} held-out edges, {} non-edges\nROC-AUC {:.4}  MRR {:.4}  Hits@1 {:.4}  Hits@3 {:.4}  Hits@10 {:.4}",
+                r.positives, r.negatives, r.auc, r.mrr, r.hits1, r.hits3, r.hits10
+            );
+        }
+        return Ok(());
+    }
     let EvalCmd::Nodeclf {
         embeddings,
         labels,
         train_fractions,
         repeats,
         seed,
+        splits,
         json,
-    } = e;
+    } = e
+    else {
+        unreachable!("link prediction returned above");
+    };
     if *repeats == 0 {
         return Err(Error::config("--repeats must be at least 1"));
     }
@@ -203,6 +246,10 @@ fn eval_cmd(e: &EvalCmd) -> Result<()> {
     }
     let (rows, dim, data) = train::output::read_embeddings(embeddings)?;
     let labels = graphscale::eval::read_labels(labels, rows)?;
+    let splits = splits
+        .as_deref()
+        .map(|p| graphscale::eval::read_splits(p, &labels))
+        .transpose()?;
     let res = graphscale::eval::node_classification(
         &data,
         dim,
@@ -210,6 +257,7 @@ fn eval_cmd(e: &EvalCmd) -> Result<()> {
         train_fractions,
         *repeats,
         *seed,
+        splits.as_deref(),
     )?;
     if *json {
         let map: serde_json::Map<String, serde_json::Value> = res

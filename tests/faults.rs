@@ -251,7 +251,8 @@ fn damaged_uncommitted_and_foreign_checkpoints() {
 
     // Another run's settings: refused, naming what differs.
     let mut foreign = resume.clone();
-    foreign.extend_from_slice(&["--dim", "16"]);
+    let at = foreign.iter().position(|a| *a == "--dim").expect("--dim") + 1;
+    foreign[at] = "16";
     let o = run(120, &foreign);
     assert_eq!(o.code, 1, "{}", o.all());
     assert!(

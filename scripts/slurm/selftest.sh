@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Submit scripts/slurm/run_deepwalk.slurm to a real, single-node Slurm started here (no systemd),
+# and check that a good job completes with embeddings and a failing job ends FAILED, not hung.
+#   bash scripts/slurm/selftest.sh          (as root on Debian 12; installs slurm-wlm and munge)
+# Needs a release build (make build). Everything Slurm writes lives under a temporary directory;
+# the daemons are stopped on exit.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT="$(pwd)"
+BIN="$ROOT/target/release/graphscale"
+[[ -x "$BIN" ]] || { echo "selftest: build first (make build)" >&2; exit 1; }
+
+if ! command -v sbatch > /dev/null || ! command -v munged > /dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge > /dev/null
+fi
+
+W="$(mktemp -d /tmp/gs-slurm.XXXXXX)"
+HOST="$(hostname -s)"
+cleanup() {
+  pkill -f "slurmctld -f $W/slurm.conf" 2> /dev/null || true
+  pkill -f "slurmd -f $W/slurm.conf" 2> /dev/null || true
+}
+trap cleanup EXIT
+
+# munge: the key is created by the package; start the daemon if it is not running.
+if ! pgrep -x munged > /dev/null; then
+  mkdir -p /run/munge && chown munge:munge /run/munge
+  [[ -f /etc/munge/munge.key ]] || /usr/sbin/mungekey --create > /dev/null 2>&1 || true
+  runuser -u munge -- /usr/sbin/munged
+fi
+
+mkdir -p "$W"/{state,spool,log}
+cat > "$W/slurm.conf" <<EOF
+ClusterName=gstest
+SlurmctldHost=$HOST
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+StateSaveLocation=$W/state
+SlurmdSpoolDir=$W/spool
+SlurmctldPidFile=$W/slurmctld.pid
+SlurmdPidFile=$W/slurmd.pid
+SlurmctldLogFile=$W/log/slurmctld.log
+SlurmdLogFile=$W/log/slurmd.log
+SlurmctldPort=16817
+SlurmdPort=16818
+NodeName=$HOST CPUs=$(nproc) RealMemory=2000 State=UNKNOWN
+PartitionName=debug Nodes=$HOST Default=YES OverSubscribe=YES MaxTime=INFINITE State=UP
+EOF
+export SLURM_CONF="$W/slurm.conf"
+slurmctld -f "$SLURM_CONF"
+slurmd -f "$SLURM_CONF"
+for _ in $(seq 30); do
+  sinfo -h -o %T 2> /dev/null | grep -qE "idle|mixed" && break
+  sleep 1
+done
+sinfo
+
+"$BIN" generate sbm --nodes 2000 --blocks 10 --seed 1 -o "$W/g.h5" --labels "$W/labels.tsv" > /dev/null
+
+# A good job: 4 ranks on this node (more tasks than CPUs need --overcommit), with checkpoints.
+jid=$(sbatch --parsable --wait --ntasks 4 --overcommit --chdir "$W" --output "$W/good-%j.out" \
+  --export=ALL,GRAPH="$W/g.h5",OUT="$W/emb.h5",BIN="$BIN",CKPT="$W/ck",CKPT_EVERY=20,EXTRA="--walks-per-node 4 --comm-timeout 60" \
+  "$ROOT/scripts/slurm/run_deepwalk.slurm") || { cat "$W"/good-*.out; echo "selftest: good job failed" >&2; exit 1; }
+state=$(scontrol show job "$jid" 2> /dev/null | grep -o "JobState=[A-Z]*" || echo "JobState=(purged)")
+echo "good job $jid: $state"
+[[ -f "$W/emb.h5" && -f "$W/ck/LATEST" ]] || { cat "$W"/good-*.out; echo "selftest: no embeddings or checkpoint" >&2; exit 1; }
+"$BIN" eval nodeclf --embeddings "$W/emb.h5" --labels "$W/labels.tsv" --train-fractions 0.5 --repeats 2
+
+# A failing job: one rank is killed mid-run; the whole job must end FAILED, well before its limit.
+start=$(date +%s)
+if sbatch --parsable --wait --ntasks 4 --overcommit --time 5 --chdir "$W" --output "$W/bad-%j.out" \
+  --export=ALL,GRAPH="$W/g.h5",OUT="$W/bad.h5",BIN="$BIN",EXTRA="--comm-timeout 20 --inject-fault rank=2,step=20,kind=kill" \
+  "$ROOT/scripts/slurm/run_deepwalk.slurm" > "$W/bad.jid"; then
+  cat "$W"/bad-*.out; echo "selftest: a job with a killed rank reported success" >&2; exit 1
+fi
+echo "failing job $(cat "$W/bad.jid") ended non-zero after $(( $(date +%s) - start )) s"
+grep -h "signal 9\|Killed\|killed" "$W"/bad-*.out | head -3 || true
+echo "selftest: OK ($W)"
