@@ -273,11 +273,12 @@ pub fn next_version(comm: &Comm, dir: &Path) -> Result<u64> {
 }
 
 /// Rank 0, after every rank's shard of `v` is on disk: publish `v` and prune old versions.
-pub fn commit(dir: &Path, v: u64, ranks: usize, cursor: &Cursor) -> Result<()> {
+pub fn commit(dir: &Path, v: u64, files: &[FileSum], cursor: &Cursor) -> Result<()> {
     let vdir = version_dir(dir, v);
     let manifest = serde_json::json!({
         "version": v,
-        "ranks": ranks,
+        "ranks": files.len(),
+        "files": files,
         "format_version": FORMAT_VERSION,
         "step": cursor.step,
         "epoch": cursor.epoch,
@@ -309,6 +310,35 @@ fn write_atomically(path: &Path, data: &[u8]) -> Result<()> {
     std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
 }
 
+/// Size and CRC-32 of a whole shard file, recorded in the manifest at commit and checked before
+/// the file is handed to the HDF5 library: libhdf5 is not hardened against damaged files (it
+/// can crash on them), so a damaged shard must never reach it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileSum {
+    pub bytes: u64,
+    pub crc32: u32,
+}
+
+pub fn file_sum(path: &Path) -> Result<FileSum> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut h = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut bytes = 0u64;
+    loop {
+        let n = f.read(&mut buf).map_err(|e| Error::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        bytes += n as u64;
+    }
+    Ok(FileSum {
+        bytes,
+        crc32: h.finalize(),
+    })
+}
+
 /// Why a shard could not be used.
 enum Unusable {
     /// Another run's checkpoint: never fall back, refuse.
@@ -327,6 +357,7 @@ struct ShardData {
 
 fn read_shard(
     path: &Path,
+    sum: FileSum,
     ident: &serde_json::Value,
     matrices: usize,
     row_bytes: usize,
@@ -335,6 +366,16 @@ fn read_shard(
 ) -> std::result::Result<ShardData, Unusable> {
     let shown = path.display();
     let corrupt = |m: String| Unusable::Corrupt(format!("{shown}: {m}"));
+    match file_sum(path) {
+        Ok(s) if s == sum => {}
+        Ok(s) => {
+            return Err(corrupt(format!(
+                "{} bytes with CRC-32 {:08x}, the manifest recorded {} bytes with {:08x}: damaged or truncated",
+                s.bytes, s.crc32, sum.bytes, sum.crc32
+            )))
+        }
+        Err(e) => return Err(corrupt(e.to_string())),
+    }
     let f = hdf5::File::open(path).map_err(|e| corrupt(format!("cannot open: {e}")))?;
     let u = |name: &str| -> std::result::Result<u64, Unusable> {
         f.attr(name)
@@ -489,7 +530,7 @@ pub fn restore(
     };
     let listed = agree(comm, listed)?;
     let bytes = comm.all_gather_bytes(&serde_json::to_vec(&listed).expect("json"));
-    let list: Vec<(u64, usize)> = serde_json::from_slice(&bytes[0]).expect("json");
+    let list: Vec<(u64, Vec<FileSum>)> = serde_json::from_slice(&bytes[0]).expect("json");
     if list.is_empty() {
         if comm.rank() == 0 {
             eprintln!(
@@ -501,11 +542,13 @@ pub fn restore(
     }
     let (matrices, rb, spr) = (shards.len(), shards[0].row_bytes(), shards[0].state_per_row);
     let mut skipped = Vec::new();
-    for &(v, old_ranks) in &list {
+    for (v, sums) in &list {
+        let (v, old_ranks) = (*v, sums.len());
         let mut local: std::result::Result<Vec<ShardData>, Unusable> = Ok(Vec::new());
         for s in (comm.rank()..old_ranks).step_by(comm.size()) {
             let r = read_shard(
                 &shard_path(dir, v, s),
+                sums[s],
                 ident,
                 matrices,
                 rb,
@@ -591,7 +634,7 @@ pub fn restore(
 }
 
 /// Committed versions (at most the one `LATEST` names, with a manifest), newest first.
-fn candidates(dir: &Path) -> Result<Vec<(u64, usize)>> {
+fn candidates(dir: &Path) -> Result<Vec<(u64, Vec<FileSum>)>> {
     let Some(latest) = latest(dir)? else {
         return Ok(Vec::new());
     };
@@ -602,19 +645,19 @@ fn candidates(dir: &Path) -> Result<Vec<(u64, usize)>> {
         .filter(|&v| v <= latest)
     {
         let p = version_dir(dir, v).join(MANIFEST);
-        let ranks = std::fs::read(&p)
+        let files = std::fs::read(&p)
             .ok()
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .and_then(|m| m.get("ranks")?.as_u64());
-        match ranks {
-            Some(r) if r > 0 && r < 1 << 24 => out.push((v, r as usize)),
+            .and_then(|m| serde_json::from_value::<Vec<FileSum>>(m.get("files")?.clone()).ok());
+        match files {
+            Some(f) if !f.is_empty() && f.len() < 1 << 24 => out.push((v, f)),
             _ => eprintln!(
                 "graphscale: WARNING: {} is missing or unreadable; skipping checkpoint version {v}",
                 p.display()
             ),
         }
     }
-    if !out.iter().any(|&(v, _)| v == latest) {
+    if !out.iter().any(|(v, _)| *v == latest) {
         eprintln!(
             "graphscale: WARNING: {}/LATEST names version {latest}, which is incomplete",
             dir.display()
@@ -701,7 +744,7 @@ fn install(
 pub struct Writing {
     pub version: u64,
     pub cursor: Cursor,
-    pub handle: std::thread::JoinHandle<Result<()>>,
+    pub handle: std::thread::JoinHandle<Result<FileSum>>,
 }
 
 /// Has `comm.rank()`'s writer finished? (for the collective decision to commit)
@@ -715,9 +758,14 @@ pub fn finish_writing(comm: &Comm, dir: &Path, w: Writing) -> Result<()> {
         .handle
         .join()
         .unwrap_or_else(|_| Err(Error::config("the checkpoint writer panicked")));
-    agree(comm, r)?;
+    let sum = agree(comm, r)?;
+    let all = comm.all_gather_bytes(&serde_json::to_vec(&sum).expect("json"));
+    let files: Vec<FileSum> = all
+        .iter()
+        .map(|b| serde_json::from_slice(b).expect("json"))
+        .collect();
     let c = if comm.rank() == 0 {
-        commit(dir, w.version, comm.size(), &w.cursor)
+        commit(dir, w.version, &files, &w.cursor)
     } else {
         Ok(())
     };
@@ -733,6 +781,102 @@ pub fn poll(comm: &Comm, due: bool, done: bool) -> (bool, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn snapshot(rows: usize) -> Snapshot {
+        Snapshot {
+            rank: 0,
+            ranks: 1,
+            nodes: (0..rows as u64).collect(),
+            matrices: vec![((0..rows * 8).map(|i| i as u8).collect(), vec![0.5; rows])],
+            row_bytes: 8,
+            state_per_row: 1,
+            walkers: vec![1, 2, 3],
+            cursor: Cursor::default(),
+            identity: r#"{"dim": 2}"#.into(),
+            config: "{}".into(),
+            fingerprint: 7,
+        }
+    }
+
+    fn read(path: &Path, sum: FileSum) -> std::result::Result<ShardData, Unusable> {
+        read_shard(path, sum, &serde_json::json!({"dim": 2}), 1, 8, 1, 100)
+    }
+
+    #[test]
+    fn a_written_shard_reads_back_and_a_flipped_bit_is_caught() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let p = t.path().join("s.h5");
+        write_shard(&p, &snapshot(20)).expect("write");
+        let sum = file_sum(&p).expect("sum");
+        let d = read(&p, sum).ok().expect("clean shard reads");
+        assert_eq!(d.nodes.len(), 20);
+        assert_eq!(d.matrices[0].0[9], 9);
+        assert_eq!(d.walkers, vec![1, 2, 3]);
+        // Find a data byte (the row bytes are 0, 1, 2, ...) and flip one bit of it.
+        let mut bytes = std::fs::read(&p).expect("read");
+        let pat: Vec<u8> = (40..56).collect();
+        let at = bytes
+            .windows(16)
+            .position(|w| w == pat.as_slice())
+            .expect("rows in the file");
+        bytes[at + 3] ^= 1;
+        std::fs::write(&p, bytes).expect("write");
+        // Caught by the file checksum before libhdf5 sees the file...
+        match read(&p, sum) {
+            Err(Unusable::Corrupt(m)) => assert!(m.contains("damaged or truncated"), "{m}"),
+            _ => panic!("a flipped bit went unnoticed"),
+        }
+        // ...and by the data checksum inside the file even when the outer one is bypassed.
+        match read(&p, file_sum(&p).expect("sum")) {
+            Err(Unusable::Corrupt(m)) => assert!(m.contains("checksum mismatch"), "{m}"),
+            _ => panic!("a flipped bit went unnoticed"),
+        }
+    }
+
+    proptest! {
+        /// Damaged shard files (random bytes overwritten anywhere) are refused before libhdf5
+        /// parses them (it crashed on such files when it did); undamaged ones read back.
+        #[test]
+        fn damaged_shards_never_panic(edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..16)) {
+            let t = tempfile::tempdir().expect("tempdir");
+            let p = t.path().join("s.h5");
+            write_shard(&p, &snapshot(20)).expect("write");
+            let sum = file_sum(&p).expect("sum");
+            let mut bytes = std::fs::read(&p).expect("read");
+            let original = bytes.clone();
+            for (i, b) in &edits {
+                let k = i.index(bytes.len());
+                bytes[k] = *b;
+            }
+            std::fs::write(&p, &bytes).expect("write");
+            match read(&p, sum) {
+                Ok(d) => {
+                    prop_assert_eq!(&bytes, &original, "damage passed the checks");
+                    prop_assert_eq!(d.nodes, (0..20u64).collect::<Vec<_>>());
+                }
+                Err(Unusable::Corrupt(_)) => prop_assert_ne!(&bytes, &original),
+                Err(Unusable::Mismatch(m)) => prop_assert!(false, "damage read as a mismatch: {}", m),
+            }
+        }
+
+        /// LATEST holds anything: a number or a clean error.
+        #[test]
+        fn latest_never_panics(text in "\\PC{0,30}") {
+            let t = tempfile::tempdir().expect("tempdir");
+            std::fs::write(t.path().join(LATEST), &text).expect("write");
+            let _ = latest(t.path());
+        }
+
+        /// Identities of any JSON shape compare without panicking.
+        #[test]
+        fn identity_comparison_never_panics(a in "\\PC{0,40}", k in "[a-z]{1,5}", v in any::<i64>()) {
+            let saved: serde_json::Value = serde_json::from_str(&a).unwrap_or(serde_json::Value::Null);
+            let now = serde_json::json!({ k.clone(): v });
+            let d = differences(&saved, &now);
+            prop_assert!(!d.is_empty() || saved.get(&k) == now.get(&k));
+        }
+    }
 
     #[test]
     fn identity_differences_name_each_setting() {
@@ -763,12 +907,19 @@ mod tests {
         for v in 1..=4 {
             std::fs::create_dir_all(version_dir(t.path(), v)).expect("mkdir");
         }
-        commit(t.path(), 4, 3, &Cursor::default()).expect("commit");
+        let files = [FileSum { bytes: 1, crc32: 2 }; 3];
+        commit(t.path(), 4, &files, &Cursor::default()).expect("commit");
         assert_eq!(latest(t.path()).expect("latest"), Some(4));
         assert_eq!(versions_on_disk(t.path()), vec![3, 4]);
-        assert_eq!(candidates(t.path()).expect("list"), vec![(4, 3)]);
+        assert_eq!(
+            candidates(t.path()).expect("list"),
+            vec![(4, files.to_vec())]
+        );
         // An uncommitted newer directory is never a candidate.
         std::fs::create_dir_all(version_dir(t.path(), 5)).expect("mkdir");
-        assert_eq!(candidates(t.path()).expect("list"), vec![(4, 3)]);
+        assert_eq!(
+            candidates(t.path()).expect("list"),
+            vec![(4, files.to_vec())]
+        );
     }
 }

@@ -691,6 +691,39 @@ impl TrainConfig {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any run file text parses or gives an error; never a panic.
+        #[test]
+        fn run_files_never_panic(text in "\\PC{0,200}") {
+            if let Ok(raw) = RawTrain::from_toml_str(&text) {
+                let _ = TrainConfig::from_raw(RawTrain { graph: Some("g.h5".into()), ..raw });
+            }
+        }
+
+        /// Structured run files with arbitrary values: validated, never a panic.
+        #[test]
+        fn run_file_values_never_panic(
+            dim in any::<i64>(), lr in any::<f64>(), window in any::<i64>(),
+            every in "\\PC{0,8}", mem in "\\PC{0,8}", dtype in "[a-z0-9]{0,8}",
+        ) {
+            let text = format!(
+                "[embedding]\ndim = {dim}\ndtype = {dtype:?}\n[training]\nlearning_rate = {lr:?}\nwindow_size = {window}\n[storage]\nmax_memory = {mem:?}\n[checkpoint]\ndir = \"ck\"\nevery = {every:?}\n"
+            );
+            if let Ok(raw) = RawTrain::from_toml_str(&text) {
+                let _ = TrainConfig::from_raw(RawTrain { graph: Some("g.h5".into()), ..raw });
+            }
+        }
+
+        #[test]
+        fn small_parsers_never_panic(s in "\\PC{0,24}") {
+            let _ = s.parse::<Every>();
+            let _ = s.parse::<Fault>();
+            let _ = parse_bytes(&s);
+        }
+    }
+
     use super::*;
 
     fn raw() -> RawTrain {

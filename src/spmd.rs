@@ -35,8 +35,10 @@ pub fn agree<T>(comm: &Comm, r: Result<T>) -> Result<T> {
         .filter(|(_, m)| !m.is_empty())
         .map(|(rank, m)| (rank, String::from_utf8_lossy(&m).into_owned()))
         .collect();
-    // Errors that are already agreed keep their shape instead of nesting.
-    if let [(_, _)] = failures.as_slice() {
+    // Errors that are already agreed (the same on every failing rank) keep their shape instead
+    // of nesting.
+    let same = failures.iter().all(|(_, m)| *m == failures[0].1);
+    if same {
         if let Err(Error::Ranks(inner)) = r {
             return Err(Error::Ranks(inner));
         }

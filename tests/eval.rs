@@ -8,15 +8,12 @@ use std::path::Path;
 
 /// Train DeepWalk on 2 in-process ranks; `extra` flags replace the defaults of the same name.
 fn train(g: &Path, out: &Path, extra: &[&str]) {
-    let mut args = vec![
-        "--graph",
-        s(g),
-        "-o",
-        s(out),
-        "--ranks",
-        "2",
-    ];
-    for (flag, default) in [("--dim", "32"), ("--walks-per-node", "8"), ("--walk-length", "30")] {
+    let mut args = vec!["--graph", s(g), "-o", s(out), "--ranks", "2"];
+    for (flag, default) in [
+        ("--dim", "32"),
+        ("--walks-per-node", "8"),
+        ("--walk-length", "30"),
+    ] {
         if !extra.contains(&flag) {
             args.extend_from_slice(&[flag, default]);
         }

@@ -609,6 +609,25 @@ mod tests {
         );
     }
 
+    proptest! {
+        /// Walker records from a file: any bytes are decoded or refused, never a panic, and
+        /// what is accepted stands on the graph.
+        #[test]
+        fn walker_records_from_files_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+            let part = Partitioner::new(Scheme::Striped, 50, 3);
+            if let Ok(parts) = WalkEngine::route_walkers(&bytes, &part, 5) {
+                for (r, b) in parts.iter().enumerate() {
+                    let mut o = 0;
+                    while o < b.len() {
+                        let (w, used) = Walker::decode(&b[o..]);
+                        prop_assert!(w.cur < 50 && part.owner(w.cur) == r && w.hist.len() <= 5);
+                        o += used;
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn walkers_survive_the_wire() {
         let w = Walker {
