@@ -17,7 +17,6 @@ use rustc_hash::FxHashSet;
 use crate::error::{Error, Result};
 use crate::eval::fit_binary;
 use crate::graph::h5::{write_edges, EdgeFile, EdgeWriter};
-use crate::graph::Edge;
 use crate::sample::rng_for;
 
 /// Edges read per chunk while splitting.
@@ -364,6 +363,7 @@ pub fn link_prediction(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::graph::Edge;
 
     #[test]
     fn auc_counts_ordered_pairs_and_ties() {
