@@ -134,5 +134,24 @@ pub fn summary_table(all: &[RankMetrics]) -> String {
         loss / terms.max(1) as f64,
         human_bytes(rss)
     ));
+    let ckpts = all.iter().map(|m| m.checkpoints).max().unwrap_or(0);
+    if ckpts > 0 {
+        let pause = all
+            .iter()
+            .map(|m| m.checkpoint_pause_seconds)
+            .fold(0.0, f64::max);
+        let bytes: u64 = all.iter().map(|m| m.checkpoint_bytes).sum();
+        s.push_str(&format!(
+            "checkpoints {ckpts}: {} written, training paused {pause:.2} s in total (slowest rank)\n",
+            human_bytes(bytes)
+        ));
+    }
+    if let Some(v) = all[0].resumed_from {
+        s.push_str(&format!("resumed from checkpoint version {v}\n"));
+    }
+    let skipped: u64 = all.iter().map(|m| m.skipped_batches).sum();
+    if skipped > 0 {
+        s.push_str(&format!("batches skipped (--on-nan skip): {skipped}\n"));
+    }
     s
 }

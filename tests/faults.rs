@@ -185,6 +185,65 @@ fn checkpoints_reshard_exactly_across_rank_counts() {
         assert_eq!(o.code, 0, "{how} {n}: {}", o.all());
         assert_eq!(rows(&out), saved, "{how} {n}: re-sharded rows differ");
     }
+    // And from 2 ranks to 3.
+    let ck2 = p(d.path(), "ck2");
+    let second = p(d.path(), "second.h5");
+    let mut args = train_args(s(&g), s(&second));
+    args.extend_from_slice(&["--checkpoint-dir", s(&ck2), "--checkpoint-every", "10"]);
+    let o = mpirun(2, 120, &args);
+    assert_eq!(o.code, 0, "{}", o.all());
+    let out = p(d.path(), "from2.h5");
+    let mut a = train_args(s(&g), s(&out));
+    a.extend_from_slice(&["--resume", s(&ck2)]);
+    let o = mpirun(3, 120, &a);
+    assert_eq!(o.code, 0, "2 -> 3: {}", o.all());
+    assert_eq!(rows(&out), rows(&second), "2 -> 3: re-sharded rows differ");
+}
+
+#[test]
+fn a_seed_reproduces_a_run_at_a_fixed_rank_count() {
+    let d = tmp();
+    let (g, _) = sbm(d.path(), 400, 4);
+    let outs: Vec<_> = ["a", "b", "c"]
+        .iter()
+        .map(|n| p(d.path(), &format!("{n}.h5")))
+        .collect();
+    for (out, seed) in outs.iter().zip(["7", "7", "8"]) {
+        let mut a = train_args(s(&g), s(out));
+        a.extend_from_slice(&["--seed", seed, "--threads", "2"]);
+        let o = mpirun(2, 120, &a);
+        assert_eq!(o.code, 0, "{}", o.all());
+    }
+    assert_eq!(
+        rows(&outs[0]),
+        rows(&outs[1]),
+        "the same seed gave different rows"
+    );
+    assert_ne!(
+        rows(&outs[0]),
+        rows(&outs[2]),
+        "another seed gave the same rows"
+    );
+}
+
+#[test]
+fn clipping_keeps_a_too_large_learning_rate_finite() {
+    let d = tmp();
+    let (g, _) = sbm(d.path(), 400, 4);
+    let out = p(d.path(), "emb.h5");
+    let mut a = train_args(s(&g), s(&out));
+    a.extend_from_slice(&["--lr", "50"]);
+    let o = run(60, &a);
+    assert_ne!(
+        o.code,
+        0,
+        "lr 50 was expected to diverge without clipping: {}",
+        o.all()
+    );
+    a.extend_from_slice(&["--clip-grad", "0.01"]);
+    let o = run(60, &a);
+    assert_eq!(o.code, 0, "{}", o.all());
+    assert!(rows(&out).iter().all(|x| x.is_finite()));
 }
 
 #[test]
