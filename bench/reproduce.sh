@@ -50,7 +50,7 @@ train() {
   # shellcheck disable=SC2086
   "$BIN" --graph "$g" --threads 2 -o "$WORK/$name.h5" --metrics "$WORK/$name.jsonl" "$@" ${GS_FLAGS:-} 2> "$WORK/$name.log"
   end=$(date +%s.%N)
-  record "$name" "$data" "$WORK/$name.h5" "$(echo "$end - $start" | bc)"
+  record "$name" "$data" "$WORK/$name.h5" "$(python3 -c "print($end - $start)")"
 }
 
 case "${1:-}" in
@@ -90,7 +90,7 @@ PYEOF
 import sys, h5py, numpy as np
 h5py.File(sys.argv[2], "w")["embeddings"] = np.load(sys.argv[1]).astype(np.float32)
 PYEOF
-      record "gensim-deepwalk-$d" "$d" "$WORK/gensim-$d.h5" "$(echo "$end - $start" | bc)"
+      record "gensim-deepwalk-$d" "$d" "$WORK/gensim-$d.h5" "$(python3 -c "print($end - $start)")"
     done
     ;;
   *)

@@ -168,6 +168,76 @@ impl Shard {
         });
     }
 
+    /// Apply a batch's gradient rows on `pool` (rows in parallel). Several gradients for one row
+    /// (from several ranks) are summed first: one optimizer step per row and batch.
+    pub fn apply_par(
+        &mut self,
+        pool: &rayon::ThreadPool,
+        p: &OptParams,
+        lr: f32,
+        mut ups: Vec<(u32, &[f32])>,
+    ) {
+        use rayon::prelude::*;
+        ups.sort_by_key(|u| u.0);
+        let (dtype, dim, rb, spr) = (self.dtype, self.dim, self.row_bytes(), self.state_per_row);
+        // Sum the gradients of repeated rows into `sums`; single ones are used in place.
+        let mut groups: Vec<(u32, usize, usize)> = Vec::with_capacity(ups.len());
+        let mut sums: Vec<f32> = Vec::new();
+        let mut i = 0;
+        while i < ups.len() {
+            let mut j = i + 1;
+            while j < ups.len() && ups[j].0 == ups[i].0 {
+                j += 1;
+            }
+            if j - i == 1 {
+                groups.push((ups[i].0, i, usize::MAX));
+            } else {
+                let at = sums.len();
+                sums.resize(at + dim, 0.0);
+                for (_, g) in &ups[i..j] {
+                    for (a, b) in sums[at..].iter_mut().zip(*g) {
+                        *a += b;
+                    }
+                }
+                groups.push((ups[i].0, i, at));
+            }
+            i = j;
+        }
+        let state = &mut self.state;
+        self.window.with_local_mut(|bytes| {
+            // Carve disjoint row and state slices in row order, then update them in parallel.
+            let mut work: Vec<(&mut [u8], &mut [f32], &[f32])> = Vec::with_capacity(groups.len());
+            let (mut rest_b, mut rest_s): (&mut [u8], &mut [f32]) = (bytes, state.as_mut_slice());
+            let mut pos = 0usize;
+            for &(r, k, at) in &groups {
+                let r = r as usize;
+                let (_, tail) = std::mem::take(&mut rest_b).split_at_mut((r - pos) * rb);
+                let (row, tail) = tail.split_at_mut(rb);
+                rest_b = tail;
+                let (_, tail) = std::mem::take(&mut rest_s).split_at_mut((r - pos) * spr);
+                let (st, tail) = tail.split_at_mut(spr);
+                rest_s = tail;
+                pos = r + 1;
+                let g = if at == usize::MAX {
+                    ups[k].1
+                } else {
+                    &sums[at..at + dim]
+                };
+                work.push((row, st, g));
+            }
+            pool.install(|| {
+                work.par_iter_mut().with_min_len(64).for_each_init(
+                    || vec![0f32; dim],
+                    |w, (row, st, g)| {
+                        decode_row(dtype, row, w);
+                        apply_update(p, lr, w, g, st);
+                        encode_row(dtype, w, row);
+                    },
+                );
+            });
+        });
+    }
+
     /// Apply gradient rows: each update is (local row, its gradient).
     pub fn apply<'g>(
         &mut self,
@@ -193,6 +263,57 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parallel_apply_equals_sequential_and_sums_repeated_rows() {
+        crate::comm::local::run(1, std::time::Duration::from_secs(30), |comm| {
+            check_parallel_apply(&comm)
+        });
+    }
+
+    fn check_parallel_apply(comm: &crate::comm::Comm) {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .expect("pool");
+        let opt = OptParams::new(Optimizer::Adagrad, 0.9);
+        let (rows, dim) = (300, 8);
+        let grads: Vec<f32> = (0..400 * dim)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.01)
+            .collect();
+        // Rows 0..300 once each, and rows 5, 17, 250 a second time (another rank's gradient).
+        let mut ups: Vec<(u32, &[f32])> = (0..rows as u32)
+            .rev()
+            .map(|r| (r, &grads[r as usize * dim..(r as usize + 1) * dim]))
+            .collect();
+        for (k, r) in [5u32, 17, 250].into_iter().enumerate() {
+            ups.push((r, &grads[(300 + k) * dim..(301 + k) * dim]));
+        }
+        let mut a = Shard::new(comm, rows, dim, Dtype::F16, Optimizer::Adagrad);
+        let mut b = Shard::new(comm, rows, dim, Dtype::F16, Optimizer::Adagrad);
+        let init = |r: usize, out: &mut [f32]| {
+            out.iter_mut()
+                .enumerate()
+                .for_each(|(j, x)| *x = (r * 3 + j) as f32 * 0.001)
+        };
+        a.init(init);
+        b.init(init);
+        a.apply_par(&pool, &opt, 0.1, ups.clone());
+        // Sequential reference: the two gradients of a repeated row summed, one step per row.
+        let mut summed: Vec<(u32, Vec<f32>)> = Vec::new();
+        for (r, g) in &ups {
+            match summed.iter_mut().find(|(x, _)| x == r) {
+                Some((_, s)) => s.iter_mut().zip(*g).for_each(|(a, b)| *a += b),
+                None => summed.push((*r, g.to_vec())),
+            }
+        }
+        b.apply(&opt, 0.1, summed.iter().map(|(r, g)| (*r, g.as_slice())));
+        let (mut ra, mut rb) = (Vec::new(), Vec::new());
+        a.read_local(0..rows, &mut ra);
+        b.read_local(0..rows, &mut rb);
+        assert_eq!(ra, rb);
+        assert_eq!(a.state, b.state);
+    }
 
     #[test]
     fn dtypes_round_trip_within_their_precision() {

@@ -583,7 +583,29 @@ impl<'a> Trainer<'a> {
         }
         for (m, shard) in self.shards.iter().enumerate() {
             let rb = shard.row_bytes();
+            let parallel = cfg.max_staleness == 0 && self.pending.is_none();
+            let dtype = shard.dtype;
             shard.window.with_local(|bytes| {
+                if parallel && local[m].len() >= 1024 {
+                    // The pool is idle: decode the local rows in parallel, slot by slot.
+                    use rayon::prelude::*;
+                    let mut src = vec![u32::MAX; nslots];
+                    for &(s, r) in &local[m] {
+                        src[s as usize] = r;
+                    }
+                    self.pool.install(|| {
+                        rows.par_chunks_mut(dim)
+                            .zip(src.par_iter())
+                            .with_min_len(256)
+                            .for_each(|(out, &r)| {
+                                if r != u32::MAX {
+                                    let r = r as usize;
+                                    decode_row(dtype, &bytes[r * rb..(r + 1) * rb], out);
+                                }
+                            });
+                    });
+                    return;
+                }
                 for &(s, r) in &local[m] {
                     let (s, r) = (s as usize, r as usize);
                     decode_row(
@@ -756,16 +778,6 @@ impl<'a> Trainer<'a> {
         self.m.seconds.push += t.secs();
 
         let t = Timer::start();
-        for (m, shard) in self.shards.iter_mut().enumerate() {
-            let grads = &grads;
-            shard.apply(
-                &self.opt,
-                lr,
-                mine[m]
-                    .iter()
-                    .map(|&(r, s)| (r, &grads[s as usize * dim..(s as usize + 1) * dim])),
-            );
-        }
         // Received rows: [row | matrix << 31][dim x f32], in rank order (deterministic).
         let rec = 4 + 4 * dim;
         let mut theirs: Vec<(Vec<u32>, Vec<f32>)> =
@@ -789,12 +801,23 @@ impl<'a> Trainer<'a> {
                 );
             }
         }
-        for (m, (rows, gs)) in theirs.iter().enumerate() {
-            self.shards[m].apply(
-                &self.opt,
-                lr,
-                rows.iter().copied().zip(gs.chunks_exact(dim)),
-            );
+        let parallel = self.cfg.max_staleness == 0;
+        for (m, shard) in self.shards.iter_mut().enumerate() {
+            let local = mine[m]
+                .iter()
+                .map(|&(r, s)| (r, &grads[s as usize * dim..(s as usize + 1) * dim]));
+            let remote = theirs[m]
+                .0
+                .iter()
+                .copied()
+                .zip(theirs[m].1.chunks_exact(dim));
+            if parallel {
+                // The pool is idle between batches: rows are updated in parallel.
+                shard.apply_par(&self.pool, &self.opt, lr, local.chain(remote).collect());
+            } else {
+                // The pool computes the next batch meanwhile: apply on this thread.
+                shard.apply(&self.opt, lr, local.chain(remote));
+            }
         }
         self.m.seconds.apply += t.secs();
         self.m.steps += 1;
