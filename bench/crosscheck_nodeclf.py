@@ -20,6 +20,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ANCHORS = os.environ.get("ANCHORS", os.path.join(HERE, "..", "..", "shared", "anchors"))
+if not os.path.exists(os.path.join(ANCHORS, "eval_nodeclf.py")):
+    sys.exit(f"crosscheck: {ANCHORS}/eval_nodeclf.py not found (set ANCHORS=...)")
 sys.path.insert(0, ANCHORS)
 from eval_nodeclf import evaluate  # noqa: E402
 
