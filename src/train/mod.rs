@@ -827,33 +827,62 @@ impl<'a> Trainer<'a> {
 /// A progress line on rank 0 every few seconds (stderr).
 struct Progress {
     on: bool,
+    /// stderr is a terminal: one bar redrawn in place, twice a second; otherwise (job logs) a
+    /// line every 5 s.
+    bar: bool,
+    drawn: bool,
     start: Instant,
     last: Instant,
 }
 
 impl Progress {
     fn new(on: bool) -> Self {
+        use std::io::IsTerminal;
         Progress {
             on,
+            bar: on && std::io::stderr().is_terminal(),
+            drawn: false,
             start: Instant::now(),
             last: Instant::now(),
         }
     }
 
     fn tick(&mut self, frac: f64, m: &RankMetrics, lr: f32) {
-        if !self.on || self.last.elapsed() < Duration::from_secs(5) {
+        let every = Duration::from_millis(if self.bar { 500 } else { 5000 });
+        if !self.on || self.last.elapsed() < every {
             return;
         }
         self.last = Instant::now();
         let secs = self.start.elapsed().as_secs_f64();
-        eprintln!(
-            "graphscale: {:5.1}%  step {}  rank-0 pairs/s {:.0}  loss {:.4}  lr {:.5}  {:.0}s",
-            100.0 * frac.min(1.0),
+        let frac = frac.clamp(0.0, 1.0);
+        let text = format!(
+            "{:5.1}%  step {}  rank-0 pairs/s {:.0}  loss {:.4}  lr {:.5}  {:.0}s",
+            100.0 * frac,
             m.steps,
             m.pairs as f64 / secs,
             m.loss_sum / m.loss_terms.max(1) as f64,
             lr,
             secs
         );
+        if self.bar {
+            let filled = (frac * 30.0) as usize;
+            eprint!(
+                "\r[{}{}] {text}",
+                "#".repeat(filled),
+                " ".repeat(30 - filled)
+            );
+            self.drawn = true;
+        } else {
+            eprintln!("graphscale: {text}");
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        // End the bar's line so that the summary starts on its own.
+        if self.drawn {
+            eprintln!();
+        }
     }
 }
