@@ -136,19 +136,24 @@ impl Snapshot {
     }
 
     fn crc(&self) -> u32 {
-        let mut h = crc32fast::Hasher::new();
-        for n in &self.nodes {
-            h.update(&n.to_le_bytes());
-        }
-        for (rows, state) in &self.matrices {
-            h.update(rows);
-            for x in state {
-                h.update(&x.to_le_bytes());
-            }
-        }
-        h.update(&self.walkers);
-        h.finalize()
+        data_crc(&self.nodes, &self.matrices, &self.walkers)
     }
+}
+
+/// CRC-32 of a shard's data, in file order: node ids, then rows and state per matrix, then walkers.
+fn data_crc(nodes: &[u64], matrices: &[(Vec<u8>, Vec<f32>)], walkers: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    for n in nodes {
+        h.update(&n.to_le_bytes());
+    }
+    for (rows, state) in matrices {
+        h.update(rows);
+        for x in state {
+            h.update(&x.to_le_bytes());
+        }
+    }
+    h.update(walkers);
+    h.finalize()
 }
 
 pub fn version_dir(dir: &Path, v: u64) -> PathBuf {
@@ -473,33 +478,15 @@ fn read_shard(
             .and_then(|d| d.read_raw::<u8>())
             .map_err(|e| read_err("walkers", e))?;
     }
-    let snap = Snapshot {
-        rank: 0,
-        ranks: 0,
-        nodes: data.nodes,
-        matrices: data.matrices,
-        row_bytes,
-        state_per_row: spr,
-        walkers: data.walkers,
-        cursor: Cursor::default(),
-        identity: String::new(),
-        config: String::new(),
-        fingerprint: 0,
-    };
-    if u64::from(snap.crc()) != u("crc32")? {
+    if u64::from(data_crc(&data.nodes, &data.matrices, &data.walkers)) != u("crc32")? {
         return Err(corrupt(
             "checksum mismatch: the shard was damaged after it was written".into(),
         ));
     }
-    if let Some(bad) = snap.nodes.iter().find(|&&n| n >= num_nodes) {
+    if let Some(bad) = data.nodes.iter().find(|&&n| n >= num_nodes) {
         return Err(corrupt(format!("node id {bad} is outside the graph")));
     }
-    Ok(ShardData {
-        nodes: snap.nodes,
-        matrices: snap.matrices,
-        walkers: snap.walkers,
-        cursor: data.cursor,
-    })
+    Ok(data)
 }
 
 /// A resumed state: the version, the global cursor (rank 0's shard) and this rank's walkers.

@@ -28,28 +28,6 @@ fn train_args<'a>(g: &'a str, out: &'a str) -> Vec<&'a str> {
     ]
 }
 
-fn micro_f1(emb: &Path, labels: &Path) -> f64 {
-    let o = run(
-        120,
-        &[
-            "eval",
-            "nodeclf",
-            "--embeddings",
-            s(emb),
-            "--labels",
-            s(labels),
-            "--train-fractions",
-            "0.5",
-            "--repeats",
-            "2",
-            "--json",
-        ],
-    );
-    assert_eq!(o.code, 0, "{}", o.all());
-    let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("json");
-    v["results"]["0.5"]["micro_f1"].as_f64().expect("micro_f1")
-}
-
 fn rows(path: &Path) -> Vec<f32> {
     let f = hdf5::File::open(path).expect("open embeddings");
     f.dataset("embeddings")

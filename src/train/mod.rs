@@ -583,7 +583,7 @@ impl<'a> Trainer<'a> {
         }
         for (m, shard) in self.shards.iter().enumerate() {
             let rb = shard.row_bytes();
-            let parallel = cfg.max_staleness == 0 && self.pending.is_none();
+            let parallel = cfg.max_staleness == 0;
             let dtype = shard.dtype;
             shard.window.with_local(|bytes| {
                 if parallel && local[m].len() >= 1024 {

@@ -99,3 +99,26 @@ pub fn sbm(dir: &Path, nodes: u64, blocks: u64) -> (PathBuf, PathBuf) {
     assert_eq!(o.code, 0, "{}", o.all());
     (g, l)
 }
+
+/// Micro-F1 at a 50% training fraction (2 repeats) of `emb` against `labels`, by `eval nodeclf`.
+pub fn micro_f1(emb: &Path, labels: &Path) -> f64 {
+    let o = run(
+        120,
+        &[
+            "eval",
+            "nodeclf",
+            "--embeddings",
+            s(emb),
+            "--labels",
+            s(labels),
+            "--train-fractions",
+            "0.5",
+            "--repeats",
+            "2",
+            "--json",
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.all());
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("json");
+    v["results"]["0.5"]["micro_f1"].as_f64().expect("micro_f1")
+}
