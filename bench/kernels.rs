@@ -46,6 +46,40 @@ fn skipgram(c: &mut Criterion) {
     g.finish();
 }
 
+/// HOGWILD in-place skip-gram (`--update hogwild`) on the global pool, with vertex and context
+/// matrices of `rows` rows each: 10,312 is BlogCatalog (in L3), 1M is out of cache.
+fn skipgram_in_place(c: &mut Criterion) {
+    use std::sync::atomic::AtomicU32;
+    let (dim, k, pairs_n) = (128, 5, 65536);
+    let mut g = c.benchmark_group("skipgram_in_place");
+    g.sample_size(20);
+    for rows in [10_312usize, 1_000_000] {
+        let mut rng = rng_for(1, 0, 0);
+        let cells = |rng: &mut graphscale::sample::Rng| -> Vec<AtomicU32> {
+            (0..rows * dim)
+                .map(|_| AtomicU32::new(rng.random_range(-0.1f32..0.1).to_bits()))
+                .collect()
+        };
+        let (centers, targets) = (cells(&mut rng), cells(&mut rng));
+        let pairs: Vec<[u32; 2]> = (0..pairs_n)
+            .map(|_| {
+                [
+                    rng.random_range(0..rows as u32),
+                    rng.random_range(0..rows as u32),
+                ]
+            })
+            .collect();
+        let negs: Vec<u32> = (0..pairs_n * k)
+            .map(|_| rng.random_range(0..rows as u32))
+            .collect();
+        g.throughput(Throughput::Elements(pairs_n as u64));
+        g.bench_with_input(BenchmarkId::new("hogwild", rows), &rows, |b, _| {
+            b.iter(|| sgns::sgd_in_place(&centers, &targets, &[], dim, &pairs, &negs, k, 1e-4))
+        });
+    }
+    g.finish();
+}
+
 fn rows_codec(c: &mut Criterion) {
     let dim = 128;
     let n = 4096;
@@ -88,5 +122,11 @@ fn alias_draws(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, skipgram, rows_codec, alias_draws);
+criterion_group!(
+    benches,
+    skipgram,
+    skipgram_in_place,
+    rows_codec,
+    alias_draws
+);
 criterion_main!(benches);

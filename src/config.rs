@@ -123,6 +123,10 @@ pub struct RawTrain {
     /// Compute threads per rank (default: all cores / ranks on the node)
     #[arg(long)]
     pub threads: Option<usize>,
+    /// How a batch updates rows: hogwild (in place, word2vec order; remote rows as deltas),
+    /// batched (summed gradients, owner-side optimizer), or auto (hogwild for sgd on f32 rows)
+    #[arg(long, value_enum)]
+    pub update: Option<Update>,
     /// Batches whose gradients may be outstanding: 0 (default) applies each batch before the
     /// next fetch, 1 computes a batch while the next one is sampled and fetched
     #[arg(long)]
@@ -211,6 +215,7 @@ struct FileCompute {
     request_batch_size: Option<usize>,
     max_staleness: Option<u32>,
     shared_negatives: Option<usize>,
+    update: Option<Update>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -282,6 +287,7 @@ impl RawTrain {
             request_batch_size: f.compute.request_batch_size,
             shared_negatives: f.compute.shared_negatives,
             threads: f.compute.threads,
+            update: f.compute.update,
             max_staleness: f.compute.max_staleness,
             seed: f.training.seed,
             partition: f.storage.scheme,
@@ -324,6 +330,7 @@ impl RawTrain {
             request_batch_size,
             shared_negatives,
             threads,
+            update,
             max_staleness,
             seed,
             partition,
@@ -366,6 +373,8 @@ pub struct TrainConfig {
     pub request_batch_size: usize,
     pub shared_negatives: usize,
     pub threads: usize,
+    /// Resolved: never `Auto`.
+    pub update: Update,
     pub max_staleness: u32,
     pub seed: u64,
     pub partition: Scheme,
@@ -377,6 +386,19 @@ pub struct TrainConfig {
     pub clip_grad: f32,
     #[serde(skip)]
     pub inject_fault: Option<Fault>,
+}
+
+/// How a batch's pairs update the rows (`--update`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Update {
+    /// Hogwild when the options allow it (sgd, f32 rows, no clipping, --on-nan abort).
+    Auto,
+    /// Pool threads update local rows in place pair by pair, as word2vec does; remote rows are
+    /// updated in a fetched copy and their deltas pushed to the owner.
+    Hogwild,
+    /// Gradients are summed over the batch and the owner applies the optimizer once per row.
+    Batched,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -518,7 +540,7 @@ impl TrainConfig {
         };
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let has_dir = r.checkpoint_dir.is_some();
-        let c = TrainConfig {
+        let mut c = TrainConfig {
             graph,
             output: r.output,
             metrics: r.metrics,
@@ -545,6 +567,7 @@ impl TrainConfig {
             threads: r
                 .threads
                 .unwrap_or_else(|| (cores / ranks_on_this_node()).max(1)),
+            update: r.update.unwrap_or(Update::Auto),
             max_staleness: r.max_staleness.unwrap_or(0),
             seed: r.seed.unwrap_or(0),
             partition: match r.partition {
@@ -577,7 +600,33 @@ impl TrainConfig {
                 .map_err(Error::config)?,
         };
         c.check()?;
+        if c.update == Update::Auto {
+            c.update = if c.hogwild_blockers().is_empty() {
+                Update::Hogwild
+            } else {
+                Update::Batched
+            };
+        }
         Ok(c)
+    }
+
+    /// The options that rule out `--update hogwild`: in-place updates need plain sgd on f32
+    /// rows, and cannot clip a summed gradient or take a batch back.
+    fn hogwild_blockers(&self) -> Vec<&'static str> {
+        let mut b = Vec::new();
+        if self.optimizer != Optimizer::Sgd {
+            b.push("--optimizer sgd");
+        }
+        if self.dtype != Dtype::F32 {
+            b.push("--dtype f32");
+        }
+        if self.clip_grad > 0.0 {
+            b.push("no --clip-grad");
+        }
+        if self.on_nan != OnNan::Abort {
+            b.push("--on-nan abort");
+        }
+        b
     }
 
     fn check(&self) -> Result<()> {
@@ -660,6 +709,15 @@ impl TrainConfig {
         }
         if self.checkpoint_every.is_some() && self.checkpoint_dir.is_none() {
             errs.push("--checkpoint-every needs --checkpoint-dir".into());
+        }
+        if self.update == Update::Hogwild {
+            let b = self.hogwild_blockers();
+            if !b.is_empty() {
+                errs.push(format!(
+                    "--update hogwild needs {}; use --update batched (or auto) otherwise",
+                    b.join(", ")
+                ));
+            }
         }
         if self.optimizer == Optimizer::Sgd && self.momentum != 0.9 {
             errs.push("--momentum needs --optimizer momentum".into());
@@ -747,6 +805,49 @@ mod tests {
         assert_eq!(
             (c.dim, c.dtype, c.model, c.lr),
             (32, Dtype::F16, Model::Line, 0.01)
+        );
+    }
+
+    #[test]
+    fn auto_update_is_hogwild_only_where_it_applies() {
+        let resolve = |r: RawTrain| TrainConfig::from_raw(r).map(|c| c.update);
+        assert_eq!(resolve(raw()).unwrap(), Update::Hogwild);
+        for r in [
+            RawTrain {
+                optimizer: Some(Optimizer::Adagrad),
+                ..raw()
+            },
+            RawTrain {
+                dtype: Some(Dtype::F16),
+                ..raw()
+            },
+            RawTrain {
+                clip_grad: Some(1.0),
+                ..raw()
+            },
+            RawTrain {
+                on_nan: Some(OnNan::Skip),
+                ..raw()
+            },
+        ] {
+            assert_eq!(resolve(r).unwrap(), Update::Batched);
+        }
+        let e = resolve(RawTrain {
+            update: Some(Update::Hogwild),
+            optimizer: Some(Optimizer::Adam),
+            ..raw()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--update hogwild needs --optimizer sgd"), "{e}");
+        let file = RawTrain::from_toml_str("[compute]\nupdate = \"batched\"\n").unwrap();
+        assert_eq!(
+            resolve(RawTrain {
+                graph: Some("g.h5".into()),
+                ..file
+            })
+            .unwrap(),
+            Update::Batched
         );
     }
 

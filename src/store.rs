@@ -2,6 +2,8 @@
 //! storage dtype, exposed in a [`Window`] for one-sided reads, plus the optimizer state, which
 //! only the owner touches. Math is always f32; rows convert on the way in and out.
 
+use std::sync::atomic::AtomicU32;
+
 use half::{bf16, f16};
 
 use crate::comm::{Comm, Window};
@@ -112,6 +114,38 @@ pub fn apply_update(p: &OptParams, lr: f32, w: &mut [f32], g: &[f32], state: &mu
                 w[i] -= lr * (m[i] / c1) / ((v[i] / c2).sqrt() + p.eps);
             }
         }
+    }
+}
+
+/// A shard's f32 rows seen as atomic cells, handed to pool tasks that update rows in place
+/// (HOGWILD): relaxed loads and stores, so two threads updating one row may lose part of an
+/// update (as in word2vec) but never tear a value, and there is no data race.
+#[derive(Clone, Copy)]
+pub struct SharedRows {
+    ptr: *const AtomicU32,
+    len: usize,
+}
+
+// SAFETY: the cells are atomics, which are Sync; the pointer itself is plain data.
+unsafe impl Send for SharedRows {}
+// SAFETY: as above.
+unsafe impl Sync for SharedRows {}
+
+impl SharedRows {
+    /// The cells (row r is `cells[r * dim..(r + 1) * dim]`, f32 bits).
+    ///
+    /// # Safety
+    /// The shard these came from must outlive the returned slice, and no `&mut` access to its
+    /// window may happen meanwhile (the trainer waits for every in-place task before it applies,
+    /// snapshots, writes or drops rows).
+    pub unsafe fn cells<'a>(self) -> &'a [AtomicU32] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: `ptr` came from the window's live allocation of `len * 4` bytes, is aligned
+        // for AtomicU32 (checked in `shared_rows`), AtomicU32 has u32's size and layout, and the
+        // caller guarantees the allocation outlives `'a` with no `&mut` alias.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 }
 
@@ -235,6 +269,38 @@ impl Shard {
                     },
                 );
             });
+        });
+    }
+
+    /// The rows as f32 cells for in-place (HOGWILD) updates by pool tasks, or `None` when the
+    /// rows are not f32 or not 4-byte aligned. Valid while `self` lives and nothing else
+    /// borrows its window; see [`SharedRows::cells`].
+    pub fn shared_rows(&mut self) -> Option<SharedRows> {
+        if self.dtype != Dtype::F32 {
+            return None;
+        }
+        let (ptr, len) = self
+            .window
+            .with_local_mut(|b| (b.as_mut_ptr(), b.len() / 4));
+        (ptr.align_offset(std::mem::align_of::<AtomicU32>()) == 0 || len == 0).then_some(
+            SharedRows {
+                ptr: ptr.cast::<AtomicU32>(),
+                len,
+            },
+        )
+    }
+
+    /// Add f32 deltas to local rows (pushed HOGWILD updates): each is (local row, delta).
+    pub fn add_deltas<'g>(&mut self, deltas: impl IntoIterator<Item = (u32, &'g [f32])>) {
+        let (dtype, dim, rb) = (self.dtype, self.dim, self.row_bytes());
+        self.window.with_local_mut(|bytes| {
+            let mut w = vec![0f32; dim];
+            for (r, d) in deltas {
+                let row = &mut bytes[r as usize * rb..(r as usize + 1) * rb];
+                decode_row(dtype, row, &mut w);
+                w.iter_mut().zip(d).for_each(|(a, b)| *a += b);
+                encode_row(dtype, &w, row);
+            }
         });
     }
 

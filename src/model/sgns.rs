@@ -3,6 +3,9 @@
 //! LINE first order is the same loss with u and v rows from one matrix.
 //! Scores are clamped to [-MAX_SCORE, MAX_SCORE] like word2vec's sigmoid table.
 
+use std::sync::atomic::AtomicU32;
+use std::sync::atomic::Ordering::Relaxed;
+
 use super::{axpy, dot, sigmoid, softplus_neg};
 
 /// word2vec's MAX_EXP.
@@ -48,6 +51,102 @@ pub fn accumulate(
         axpy(1.0, &gc, &mut grads[c * dim..(c + 1) * dim]);
     }
     loss
+}
+
+/// Marks a reference to a fetched (remote) row in [`sgd_in_place`]: `REMOTE | slot`.
+pub const REMOTE: u32 = 1 << 31;
+
+/// [`sgd_in_place`] computes the loss of one pair in this many.
+pub const LOSS_SAMPLE: usize = 8;
+
+/// HOGWILD skip-gram: every pair updates its rows in place, in word2vec's order (targets first,
+/// then the center with the accumulated gradient), at learning rate `lr`. A row reference is a
+/// local row of `centers` (for pair centers) or `targets` (contexts and negatives), or
+/// `REMOTE | slot` for row `slot` of `remote`. Pairs run in parallel on the current rayon pool.
+/// Returns the summed loss, estimated from every `LOSS_SAMPLE`-th pair (a logarithm per target
+/// costs a tenth of the kernel); a NaN score anywhere makes it NaN.
+#[allow(clippy::too_many_arguments)]
+pub fn sgd_in_place(
+    centers: &[AtomicU32],
+    targets: &[AtomicU32],
+    remote: &[AtomicU32],
+    dim: usize,
+    pairs: &[[u32; 2]],
+    negs: &[u32],
+    k: usize,
+    lr: f32,
+) -> f64 {
+    use rayon::prelude::*;
+    const CHUNK: usize = 256;
+    let row = |center: bool, r: u32| {
+        let (m, r) = if r & REMOTE != 0 {
+            (remote, (r & !REMOTE) as usize)
+        } else if center {
+            (centers, r as usize)
+        } else {
+            (targets, r as usize)
+        };
+        &m[r * dim..(r + 1) * dim]
+    };
+    let pair_negs = |i: usize| &negs[i * k..(i + 1) * k];
+    (0..pairs.len().div_ceil(CHUNK))
+        .into_par_iter()
+        .map_init(
+            || (vec![0f32; dim], vec![0f32; dim], vec![0f32; dim]),
+            |(vc, ut, gc), ch| {
+                let mut loss = 0f64;
+                let lo = ch * CHUNK;
+                let hi = (lo + CHUNK).min(pairs.len());
+                for (i, &[c, x]) in (lo..hi).zip(&pairs[lo..hi]) {
+                    let crow = row(true, c);
+                    load(crow, vc);
+                    gc.iter_mut().for_each(|g| *g = 0.0);
+                    let ts = std::iter::once(x).chain(pair_negs(i).iter().copied());
+                    for (j, t) in ts.enumerate() {
+                        if t == SKIP {
+                            continue;
+                        }
+                        let trow = row(false, t);
+                        load(trow, ut);
+                        let s = dot(ut, vc).clamp(-MAX_SCORE, MAX_SCORE);
+                        let e = (-s).exp();
+                        let label = if j == 0 { 1.0 } else { 0.0 };
+                        if i % LOSS_SAMPLE == 0 {
+                            // -ln sigmoid(s) = ln(1 + e), -ln sigmoid(-s) = s + ln(1 + e).
+                            let l = e.ln_1p() + if j == 0 { 0.0 } else { s };
+                            loss += f64::from(l) * LOSS_SAMPLE as f64;
+                        } else if s.is_nan() {
+                            loss = f64::NAN;
+                        }
+                        let g = (1.0 / (1.0 + e) - label) * lr;
+                        axpy(g, ut, gc);
+                        axpy(-g, vc, ut);
+                        store(trow, ut);
+                    }
+                    // Reload: the center may also have been a target of this pair (LINE first
+                    // order, or a negative equal to the center).
+                    load(crow, vc);
+                    axpy(-1.0, gc, vc);
+                    store(crow, vc);
+                }
+                loss
+            },
+        )
+        .sum()
+}
+
+#[inline]
+fn load(cells: &[AtomicU32], out: &mut [f32]) {
+    for (o, c) in out.iter_mut().zip(cells) {
+        *o = f32::from_bits(c.load(Relaxed));
+    }
+}
+
+#[inline]
+fn store(cells: &[AtomicU32], v: &[f32]) {
+    for (c, x) in cells.iter().zip(v) {
+        c.store(x.to_bits(), Relaxed);
+    }
 }
 
 #[cfg(test)]
@@ -221,5 +320,122 @@ mod batch_tests {
         for (a, b) in want.iter().zip(&got) {
             assert!((a - b).abs() < 1e-4, "{a} vs {b}");
         }
+    }
+}
+
+#[cfg(test)]
+mod in_place_tests {
+    use super::*;
+    use rand::RngExt;
+
+    fn cells(v: &[f32]) -> Vec<AtomicU32> {
+        v.iter().map(|x| AtomicU32::new(x.to_bits())).collect()
+    }
+
+    fn values(c: &[AtomicU32]) -> Vec<f32> {
+        c.iter().map(|x| f32::from_bits(x.load(Relaxed))).collect()
+    }
+
+    /// word2vec's skip-gram update for one pair, on plain vectors (the reference).
+    fn reference_pair(vc: &mut [f32], targets: &mut [&mut [f32]], labels: &[f32], lr: f32) {
+        let mut neu1e = vec![0f32; vc.len()];
+        for (t, &label) in targets.iter_mut().zip(labels) {
+            let f = dot(t, vc).clamp(-MAX_SCORE, MAX_SCORE);
+            let g = (label - sigmoid(f)) * lr;
+            axpy(g, t, &mut neu1e);
+            axpy(g, vc, t);
+        }
+        axpy(1.0, &neu1e, vc);
+    }
+
+    #[test]
+    fn one_thread_equals_word2vec_pair_by_pair_with_remote_rows() {
+        let (dim, rows, k, lr) = (8, 12, 2, 0.05);
+        let mut rng = crate::sample::rng_for(5, 0, 0);
+        let mut init = |n: usize| -> Vec<f32> {
+            (0..n * dim)
+                .map(|_| rng.random_range(-0.5f32..0.5))
+                .collect()
+        };
+        let (c0, t0, r0) = (init(rows), init(rows), init(3));
+        // References: plain numbers are local rows; REMOTE | s is row s of the remote buffer.
+        let pairs = [[0u32, 1], [2, REMOTE | 1], [REMOTE, 4], [0, 5]];
+        let negs = [3u32, SKIP, 7, 1, REMOTE | 2, 0, 9, 11];
+        let (centers, targets, remote) = (cells(&c0), cells(&t0), cells(&r0));
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let loss =
+            pool.install(|| sgd_in_place(&centers, &targets, &remote, dim, &pairs, &negs, k, lr));
+        assert!(loss.is_finite() && loss > 0.0, "{loss}");
+
+        let (mut c, mut t, mut r) = (c0.clone(), t0.clone(), r0.clone());
+        for (i, &[pc, px]) in pairs.iter().enumerate() {
+            let ts: Vec<u32> = std::iter::once(px)
+                .chain(negs[i * k..(i + 1) * k].iter().copied())
+                .collect();
+            // Copy rows out, update, copy back (no row appears twice within one pair here).
+            let get = |m: &[f32], s: u32| m[s as usize * dim..(s as usize + 1) * dim].to_vec();
+            let mut vc = if pc & REMOTE != 0 {
+                get(&r, pc & !REMOTE)
+            } else {
+                get(&c, pc)
+            };
+            let mut us: Vec<(u32, Vec<f32>, f32)> = ts
+                .iter()
+                .enumerate()
+                .filter(|(_, &x)| x != SKIP)
+                .map(|(j, &x)| {
+                    let row = if x & REMOTE != 0 {
+                        get(&r, x & !REMOTE)
+                    } else {
+                        get(&t, x)
+                    };
+                    (x, row, if j == 0 { 1.0 } else { 0.0 })
+                })
+                .collect();
+            let labels: Vec<f32> = us.iter().map(|u| u.2).collect();
+            let mut refs: Vec<&mut [f32]> = us.iter_mut().map(|u| u.1.as_mut_slice()).collect();
+            reference_pair(&mut vc, &mut refs, &labels, lr);
+            let mut put = |x: u32, v: &[f32], center: bool| {
+                let (m, s) = if x & REMOTE != 0 {
+                    (&mut r, x & !REMOTE)
+                } else if center {
+                    (&mut c, x)
+                } else {
+                    (&mut t, x)
+                };
+                m[s as usize * dim..(s as usize + 1) * dim].copy_from_slice(v);
+            };
+            for (x, row, _) in &us {
+                put(*x, row, false);
+            }
+            put(pc, &vc, true);
+        }
+        for (got, want, name) in [
+            (values(&centers), c, "centers"),
+            (values(&targets), t, "targets"),
+            (values(&remote), r, "remote"),
+        ] {
+            for (a, b) in got.iter().zip(&want) {
+                assert!((a - b).abs() < 1e-6, "{name}: {a} vs {b}");
+            }
+        }
+        // Training moved the rows.
+        assert_ne!(values(&targets), t0);
+    }
+
+    #[test]
+    fn a_nan_row_makes_the_loss_nan() {
+        let dim = 4;
+        let mut c = vec![0.1f32; 3 * dim];
+        c[dim + 2] = f32::NAN;
+        let t = vec![0.2f32; 3 * dim];
+        let (centers, targets) = (cells(&c), cells(&t));
+        // Pair 1 (not a loss-sampled pair) has the NaN center.
+        let pairs = [[0u32, 1], [1, 2]];
+        let loss = sgd_in_place(&centers, &targets, &[], dim, &pairs, &[], 0, 0.1);
+        assert!(loss.is_nan(), "{loss}");
     }
 }

@@ -67,6 +67,15 @@ impl NegativePool {
         self.pool[(((r >> 32) * self.pool.len() as u64) >> 32) as usize]
     }
 
+    /// `out.len()` negatives. The pool is larger than the caches: a tight loop of independent
+    /// lookups lets the CPU overlap their misses, which one draw per pair does not.
+    pub fn fill(&self, rng: &mut Rng, out: &mut [u64]) {
+        let n = self.pool.len() as u64;
+        for o in out.iter_mut() {
+            *o = self.pool[(((rng.next_u64() >> 32) * n) >> 32) as usize];
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.pool.is_empty()
     }

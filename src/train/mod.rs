@@ -14,7 +14,7 @@ use rustc_hash::FxHashMap;
 
 use crate::checkpoint::{self, Cursor, Restored, Snapshot, Writing};
 use crate::comm::{Comm, ReduceOp};
-use crate::config::{Every, FaultKind, Model, OnNan, TrainConfig};
+use crate::config::{Every, FaultKind, Model, OnNan, TrainConfig, Update};
 use crate::error::{Error, Result};
 use crate::graph::{csr, LocalGraph, NodeId};
 use crate::model::sgns;
@@ -24,7 +24,7 @@ use crate::sample::walk::{WalkEngine, WalkParams};
 use crate::sample::{rng_for, Rng};
 use crate::spmd::{agree, fatal};
 use crate::stats::{human_bytes, peak_rss_bytes, RankMetrics, Timer};
-use crate::store::{decode_row, OptParams, Shard};
+use crate::store::{decode_row, OptParams, Shard, SharedRows};
 
 /// Matrix ids: 0 holds vertex (input) rows, 1 context (output) rows.
 const VERTEX: usize = 0;
@@ -62,6 +62,8 @@ pub struct Trainer<'a> {
     refresh_now: bool,
     ckpt: Option<Checkpointing>,
     resumed: Option<Restored>,
+    /// `--update hogwild`: every matrix's rows as cells the pool updates in place.
+    shared: Option<Vec<SharedRows>>,
 }
 
 /// Checkpoint bookkeeping of a run with --checkpoint-dir.
@@ -206,6 +208,13 @@ impl<'a> Trainer<'a> {
             refresh_now: false,
             ckpt: None,
             resumed: None,
+            shared: None,
+        })
+        .map(|mut t| {
+            if cfg.update == Update::Hogwild && rows < sgns::REMOTE as usize {
+                t.shared = t.shards.iter_mut().map(Shard::shared_rows).collect();
+            }
+            t
         })
     }
 
@@ -510,6 +519,10 @@ impl<'a> Trainer<'a> {
         self.step += 1;
         crate::spmd::STEP.store(self.step, std::sync::atomic::Ordering::Relaxed);
         self.maybe_fail();
+        if self.shared.is_some() {
+            self.hogwild_step(pairs, lr);
+            return;
+        }
 
         // Plan: unique rows of the batch, keyed (node, matrix).
         let t = Timer::start();
@@ -538,31 +551,15 @@ impl<'a> Trainer<'a> {
                 })
             }
         };
-        let mut pidx = Vec::with_capacity(pairs.len());
-        let mut nidx = Vec::with_capacity(pairs.len() * k);
-        // With --shared-negatives B, a chunk of B pairs shares one draw of K negatives
-        // (PyTorch-BigGraph): far fewer distinct rows to plan, fetch and apply per pair.
-        let share = cfg.shared_negatives.max(1);
-        let mut drawn: Vec<(u64, u32)> = Vec::with_capacity(k);
-        for (i, &(c, x)) in pairs.iter().enumerate() {
-            pidx.push([slot(c << 1), slot((x << 1) | tm)]);
-            if i % share == 0 {
-                drawn.clear();
-                for _ in 0..k {
-                    let n = if self.neg.is_empty() {
-                        x
-                    } else {
-                        self.neg.draw(&mut self.rng)
-                    };
-                    drawn.push((n, slot((n << 1) | tm)));
-                }
-            }
-            nidx.extend(
-                drawn
-                    .iter()
-                    .map(|&(n, sl)| if n == x { sgns::SKIP } else { sl }),
-            );
-        }
+        let (pidx, nidx) = plan(
+            pairs,
+            k,
+            cfg.shared_negatives,
+            tm,
+            &self.neg,
+            &mut self.rng,
+            &mut slot,
+        );
         self.m.seconds.sample += t.secs();
 
         // Fetch: local rows directly, remote rows one-sidedly, grouped by matrix and owner.
@@ -616,42 +613,9 @@ impl<'a> Trainer<'a> {
                 }
             });
             self.m.local_rows += local[m].len() as u64;
-            let wanted: Vec<Vec<u32>> = remote[m]
-                .iter()
-                .map(|v| v.iter().map(|&(_, r)| r).collect())
-                .collect();
-            let requests: Vec<(usize, &[u32])> = wanted
-                .iter()
-                .enumerate()
-                .filter(|(_, v)| !v.is_empty())
-                .map(|(o, v)| (o, v.as_slice()))
-                .collect();
-            let count: usize = requests.iter().map(|(_, v)| v.len()).sum();
-            if count == 0 {
-                continue;
-            }
-            let mut buf = vec![0u8; count * rb];
-            shard.window.get_rows(
-                comm.watchdog(),
-                &requests,
-                rb,
-                cfg.request_batch_size,
-                &mut buf,
-            );
-            let mut i = 0;
-            for (o, _) in &requests {
-                for &(s, _) in &remote[m][*o] {
-                    let s = s as usize;
-                    decode_row(
-                        shard.dtype,
-                        &buf[i * rb..(i + 1) * rb],
-                        &mut rows[s * dim..(s + 1) * dim],
-                    );
-                    i += 1;
-                }
-            }
+            let count = fetch_remote(comm, cfg, shard, &remote[m], &mut rows);
             self.m.remote_rows += count as u64;
-            self.m.fetch_bytes += (count * rb) as u64;
+            self.m.fetch_bytes += (count * shard.row_bytes()) as u64;
         }
         self.m.seconds.fetch += t.secs();
 
@@ -671,6 +635,101 @@ impl<'a> Trainer<'a> {
                 self.finish(prev, lr);
             }
         }
+    }
+
+    /// `--update hogwild`: plan the batch (only remote rows get slots), finish the previous
+    /// batch, fetch the remote rows, and launch this batch's in-place updates on the pool. The
+    /// caller samples the next batch while they run.
+    fn hogwild_step(&mut self, pairs: &[(NodeId, NodeId)], lr: f32) {
+        let (comm, g, cfg) = (self.comm, self.g, self.cfg);
+        let (dim, k) = (cfg.dim, cfg.negatives as usize);
+        let t = Timer::start();
+        let tm = self.target_matrix as u64;
+        let me = comm.rank();
+        let part = &g.part;
+        let remote_slot = &mut self.remote_slot;
+        remote_slot.clear();
+        let mut keys: Vec<u64> = Vec::new();
+        let mut refer = |key: u64| -> u32 {
+            let (owner, row) = part.locate(key >> 1);
+            if owner == me {
+                row as u32
+            } else {
+                sgns::REMOTE
+                    | *remote_slot.entry(key).or_insert_with(|| {
+                        keys.push(key);
+                        (keys.len() - 1) as u32
+                    })
+            }
+        };
+        let (pidx, nidx) = plan(
+            pairs,
+            k,
+            cfg.shared_negatives,
+            tm,
+            &self.neg,
+            &mut self.rng,
+            &mut refer,
+        );
+        self.m.seconds.sample += t.secs();
+
+        // Across ranks, a batch reads remote rows as they are after every update of the
+        // previous step: the previous batch ends, its deltas are pushed and applied everywhere
+        // (first barrier), and no owner writes rows in place while others still read them
+        // (second barrier). With one thread per rank a run is then reproducible.
+        if let Some(prev) = self.pending.take() {
+            self.finish(prev, lr);
+        }
+        let t = Timer::start();
+        let ranks = comm.size() > 1;
+        if ranks {
+            comm.barrier();
+        }
+        let mut rows = vec![0f32; keys.len() * dim];
+        let mut remote: Vec<Vec<Vec<(u32, u32)>>> =
+            vec![vec![Vec::new(); comm.size()]; self.shards.len()];
+        for (s, &key) in keys.iter().enumerate() {
+            let (owner, row) = part.locate(key >> 1);
+            remote[(key & 1) as usize][owner].push((s as u32, row as u32));
+        }
+        for (m, shard) in self.shards.iter().enumerate() {
+            let count = fetch_remote(comm, cfg, shard, &remote[m], &mut rows);
+            self.m.remote_rows += count as u64;
+            self.m.fetch_bytes += (count * shard.row_bytes()) as u64;
+        }
+        if ranks {
+            comm.barrier();
+        }
+        self.m.seconds.fetch += t.secs();
+
+        let shared = self
+            .shared
+            .as_ref()
+            .expect("hogwild_step needs shared rows");
+        let (centers, targets) = (shared[VERTEX], shared[self.target_matrix]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let npairs = pidx.len();
+        self.pool.spawn(move || {
+            use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+            let t = Timer::start();
+            let cells: Vec<AtomicU32> = rows.iter().map(|x| AtomicU32::new(x.to_bits())).collect();
+            // SAFETY: the trainer keeps its shards alive and takes no `&mut` access to their
+            // windows until it has received this task's result (`finish`, `drain`, `Drop`).
+            let (c, tg) = unsafe { (centers.cells(), targets.cells()) };
+            let loss = sgns::sgd_in_place(c, tg, &cells, dim, &pidx, &nidx, k, lr);
+            let deltas: Vec<f32> = cells
+                .iter()
+                .zip(&rows)
+                .map(|(c, o)| f32::from_bits(c.load(Relaxed)) - o)
+                .collect();
+            // The receiver only disappears if the rank is already failing.
+            let _ = tx.send((deltas, loss, t.secs()));
+        });
+        self.pending = Some(Pending {
+            keys,
+            pairs: npairs,
+            rx,
+        });
     }
 
     /// Apply the batch still in flight, if any (end of training).
@@ -801,6 +860,21 @@ impl<'a> Trainer<'a> {
                 );
             }
         }
+        if self.shared.is_some() {
+            // Hogwild: local rows were updated in place; received rows are deltas.
+            for (m, shard) in self.shards.iter_mut().enumerate() {
+                shard.add_deltas(
+                    theirs[m]
+                        .0
+                        .iter()
+                        .copied()
+                        .zip(theirs[m].1.chunks_exact(dim)),
+                );
+            }
+            self.m.seconds.apply += t.secs();
+            self.m.steps += 1;
+            return;
+        }
         let parallel = self.cfg.max_staleness == 0;
         for (m, shard) in self.shards.iter_mut().enumerate() {
             let local = mine[m]
@@ -821,6 +895,105 @@ impl<'a> Trainer<'a> {
         }
         self.m.seconds.apply += t.secs();
         self.m.steps += 1;
+    }
+}
+
+/// Row references of `pairs` (center in matrix 0, context in matrix `tm`) and `k` negatives per
+/// pair from `neg`, through `refer` (row key `node << 1 | matrix` -> reference). With
+/// `share` > 1, a chunk of `share` pairs shares one draw of negatives (PyTorch-BigGraph): far
+/// fewer distinct rows per pair. A negative equal to the pair's context is `sgns::SKIP`.
+fn plan(
+    pairs: &[(NodeId, NodeId)],
+    k: usize,
+    share: usize,
+    tm: u64,
+    neg: &NegativePool,
+    rng: &mut Rng,
+    refer: &mut impl FnMut(u64) -> u32,
+) -> (Vec<[u32; 2]>, Vec<u32>) {
+    let share = share.max(1);
+    // All of the batch's draws first (see `NegativePool::fill`), then the references.
+    let mut drawn = vec![0u64; pairs.len().div_ceil(share) * k];
+    if neg.is_empty() {
+        drawn.clear();
+    } else {
+        neg.fill(rng, &mut drawn);
+    }
+    let drawn: Vec<(u64, u32)> = drawn
+        .into_iter()
+        .map(|n| (n, refer((n << 1) | tm)))
+        .collect();
+    let mut pidx = Vec::with_capacity(pairs.len());
+    let mut nidx = Vec::with_capacity(pairs.len() * k);
+    for (i, &(c, x)) in pairs.iter().enumerate() {
+        pidx.push([refer(c << 1), refer((x << 1) | tm)]);
+        if drawn.is_empty() {
+            // No negatives exist (a graph without edges): every draw is skipped.
+            nidx.extend(std::iter::repeat(sgns::SKIP).take(k));
+            continue;
+        }
+        let d = &drawn[i / share * k..(i / share + 1) * k];
+        nidx.extend(
+            d.iter()
+                .map(|&(n, sl)| if n == x { sgns::SKIP } else { sl }),
+        );
+    }
+    (pidx, nidx)
+}
+
+/// Read the remote rows `remote[owner] = [(slot, row)]` of `shard` one-sidedly into
+/// `rows[slot]` as f32. Returns the number of rows read.
+fn fetch_remote(
+    comm: &Comm,
+    cfg: &TrainConfig,
+    shard: &Shard,
+    remote: &[Vec<(u32, u32)>],
+    rows: &mut [f32],
+) -> usize {
+    let (rb, dim) = (shard.row_bytes(), shard.dim);
+    let wanted: Vec<Vec<u32>> = remote
+        .iter()
+        .map(|v| v.iter().map(|&(_, r)| r).collect())
+        .collect();
+    let requests: Vec<(usize, &[u32])> = wanted
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(o, v)| (o, v.as_slice()))
+        .collect();
+    let count: usize = requests.iter().map(|(_, v)| v.len()).sum();
+    if count == 0 {
+        return 0;
+    }
+    let mut buf = vec![0u8; count * rb];
+    shard.window.get_rows(
+        comm.watchdog(),
+        &requests,
+        rb,
+        cfg.request_batch_size,
+        &mut buf,
+    );
+    let mut i = 0;
+    for (o, _) in &requests {
+        for &(s, _) in &remote[*o] {
+            let s = s as usize;
+            decode_row(
+                shard.dtype,
+                &buf[i * rb..(i + 1) * rb],
+                &mut rows[s * dim..(s + 1) * dim],
+            );
+            i += 1;
+        }
+    }
+    count
+}
+
+impl Drop for Trainer<'_> {
+    /// A task may still update rows in place: wait for it before the shards go away.
+    fn drop(&mut self) {
+        if let Some(p) = self.pending.take() {
+            let _ = p.rx.recv();
+        }
     }
 }
 
