@@ -185,7 +185,7 @@ impl<'a> Trainer<'a> {
             .thread_name(move |i| format!("compute-{rank}-{i}"))
             .build()
             .map_err(|e| Error::config(format!("--threads {}: {e}", cfg.threads)))?;
-        let neg = NegativePool::new(comm, g, (1 << 20).max(cfg.batch_size * 4), 0.75);
+        let neg = NegativePool::new(comm, g, (1 << 16).max(cfg.batch_size * 4), 0.75);
         Ok(Trainer {
             comm,
             cfg,
@@ -787,7 +787,12 @@ impl<'a> Trainer<'a> {
                 comm,
                 Some(self.step),
                 &format!(
-                    "non-finite loss or gradient (rows of nodes {bad:?}); lower --lr, use --optimizer adagrad or --clip-grad, or --on-nan skip to drop such batches"
+                    "non-finite loss or gradient{}; lower --lr, use --optimizer adagrad or --clip-grad, or --on-nan skip to drop such batches",
+                    if bad.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (rows of nodes {bad:?})")
+                    }
                 ),
             );
         }
