@@ -107,7 +107,8 @@ pub fn sgd_in_place(
                             continue;
                         }
                         let trow = row(false, t);
-                        let s = load_dot(trow, ut, vc).clamp(-MAX_SCORE, MAX_SCORE);
+                        load(trow, ut);
+                        let s = dot(ut, vc).clamp(-MAX_SCORE, MAX_SCORE);
                         let e = (-s).exp();
                         let label = if j == 0 { 1.0 } else { 0.0 };
                         if i % LOSS_SAMPLE == 0 {
@@ -118,17 +119,15 @@ pub fn sgd_in_place(
                             loss = f64::NAN;
                         }
                         let g = (1.0 / (1.0 + e) - label) * lr;
-                        // gc += g * u; u -= g * vc, stored.
-                        for (((cell, &u), &v), a) in trow.iter().zip(&*ut).zip(&*vc).zip(&mut *gc) {
-                            *a += g * u;
-                            cell.store((u - g * v).to_bits(), Relaxed);
-                        }
+                        axpy(g, ut, gc);
+                        axpy(-g, vc, ut);
+                        store(trow, ut);
                     }
-                    // Re-read the center: it may also have been a target of this pair (LINE
-                    // first order, or a negative equal to the center).
-                    for (cell, &a) in crow.iter().zip(&*gc) {
-                        cell.store((f32::from_bits(cell.load(Relaxed)) - a).to_bits(), Relaxed);
-                    }
+                    // Reload: the center may also have been a target of this pair (LINE first
+                    // order, or a negative equal to the center).
+                    load(crow, vc);
+                    axpy(-1.0, gc, vc);
+                    store(crow, vc);
                 }
                 loss
             },
@@ -143,32 +142,11 @@ fn load(cells: &[AtomicU32], out: &mut [f32]) {
     }
 }
 
-/// Load `cells` into `out` and return `out . v`, in one pass (eight accumulators).
 #[inline]
-fn load_dot(cells: &[AtomicU32], out: &mut [f32], v: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (mut cc, mut oc, mut vc) = (
-        cells.chunks_exact(8),
-        out.chunks_exact_mut(8),
-        v.chunks_exact(8),
-    );
-    for ((c, o), v) in (&mut cc).zip(&mut oc).zip(&mut vc) {
-        for l in 0..8 {
-            o[l] = f32::from_bits(c[l].load(Relaxed));
-            acc[l] += o[l] * v[l];
-        }
+fn store(cells: &[AtomicU32], v: &[f32]) {
+    for (c, x) in cells.iter().zip(v) {
+        c.store(x.to_bits(), Relaxed);
     }
-    let mut s: f32 = acc.iter().sum();
-    for ((c, o), v) in cc
-        .remainder()
-        .iter()
-        .zip(oc.into_remainder())
-        .zip(vc.remainder())
-    {
-        *o = f32::from_bits(c.load(Relaxed));
-        s += *o * v;
-    }
-    s
 }
 
 #[cfg(test)]
