@@ -26,7 +26,10 @@ pub struct RankMetrics {
     pub steps: u64,
     pub pairs: u64,
     pub tokens: u64,
+    /// Rows read from this rank's own storage: unique rows per step (batched), or every
+    /// reference of a pair to a local row (hogwild, which reads rows in place).
     pub local_rows: u64,
+    /// Rows fetched one-sidedly from other ranks (unique per step).
     pub remote_rows: u64,
     pub fetch_bytes: u64,
     pub push_bytes_sent: u64,

@@ -671,6 +671,13 @@ impl<'a> Trainer<'a> {
             &mut self.rng,
             &mut refer,
         );
+        // Rows read in place: every local reference (a row may be read by several pairs).
+        self.m.local_rows += pidx
+            .iter()
+            .flatten()
+            .chain(&nidx)
+            .filter(|&&r| r & sgns::REMOTE == 0)
+            .count() as u64;
         self.m.seconds.sample += t.secs();
 
         // Across ranks, a batch reads remote rows as they are after every update of the
