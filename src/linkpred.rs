@@ -5,8 +5,9 @@
 //! node2vec's edge features `e_u * e_v` with a logistic regression fitted on half the test pairs
 //! and evaluated on the other half.
 //!
-//! Both run on one process (the held-out set of an evaluation fits in memory; the scoring uses
-//! every thread).
+//! `split` runs on one process. `eval linkpred` with the dot score runs on any number of ranks
+//! (each reads its stripe of the embeddings and fetches the rows its share of the pairs needs);
+//! the Hadamard score fits one model on all training pairs and runs on one process.
 
 use std::path::Path;
 
@@ -14,9 +15,11 @@ use rand::RngExt;
 use rayon::prelude::*;
 use rustc_hash::FxHashSet;
 
+use crate::comm::{decode_u64, encode_u64, Comm};
 use crate::error::{Error, Result};
 use crate::eval::fit_binary;
 use crate::graph::h5::{write_edges, EdgeFile, EdgeWriter};
+use crate::graph::partition::{Partitioner, Scheme};
 use crate::sample::rng_for;
 
 /// Edges read per chunk while splitting.
@@ -283,13 +286,6 @@ pub fn link_prediction(
 ) -> LinkResult {
     let rows = emb.len() / dim;
     let row = |v: u64| &emb[v as usize * dim..(v as usize + 1) * dim];
-    let dot = |a: u64, b: u64| -> f64 {
-        row(a)
-            .iter()
-            .zip(row(b))
-            .map(|(&x, &y)| f64::from(x) * f64::from(y))
-            .sum()
-    };
     // Hadamard: fit on the even-indexed pairs, evaluate on the odd ones.
     let (pos, neg, model) = match score {
         Score::Dot => (t.pos.clone(), t.neg.clone(), None),
@@ -309,31 +305,82 @@ pub fn link_prediction(
             (odd(&t.pos), odd(&t.neg), Some(w))
         }
     };
+    let share = score_share(
+        &row,
+        rows as u64,
+        &TestSet { pos, neg },
+        model.as_deref(),
+        corrupt,
+        seed,
+        (0, 1),
+    );
+    share.result()
+}
+
+/// Scores of one rank's share of a test set: the pairs whose index is `part.0` modulo `part.1`.
+struct Share {
+    /// (index, score) of positives and of negatives; (index, rank) of positives.
+    pos: Vec<(u64, f64)>,
+    neg: Vec<(u64, f64)>,
+    ranks: Vec<(u64, f64)>,
+}
+
+/// The corrupted tails drawn for positive `i` (some may equal its head or tail: skipped).
+fn corruptions(seed: u64, i: usize, rows: u64, corrupt: usize) -> impl Iterator<Item = u64> {
+    let mut rng = rng_for(seed, 0, 1000 + i as u64);
+    (0..corrupt).map(move |_| rng.random_range(0..rows))
+}
+
+fn score_share<'r>(
+    row: &(impl Fn(u64) -> &'r [f32] + Sync),
+    rows: u64,
+    t: &TestSet,
+    model: Option<&[f64]>,
+    corrupt: usize,
+    seed: u64,
+    part: (usize, usize),
+) -> Share {
     let s = |a: u64, b: u64| -> f64 {
-        match &model {
-            None => dot(a, b),
+        let (x, y) = (row(a), row(b));
+        match model {
+            None => x
+                .iter()
+                .zip(y)
+                .map(|(&p, &q)| f64::from(p) * f64::from(q))
+                .sum(),
             Some(w) => {
-                row(a)
-                    .iter()
-                    .zip(row(b))
-                    .zip(w.iter())
+                x.iter()
+                    .zip(y)
+                    .zip(w)
                     .map(|((&p, &q), &wi)| f64::from(p * q) * wi)
                     .sum::<f64>()
-                    + w[dim]
+                    + w[x.len()]
             }
         }
     };
-    let ps: Vec<f64> = pos.par_iter().map(|&(a, b)| s(a, b)).collect();
-    let ns: Vec<f64> = neg.par_iter().map(|&(a, b)| s(a, b)).collect();
-    let ranks: Vec<f64> = pos
+    let mine = |v: &[(u64, u64)]| -> Vec<(usize, (u64, u64))> {
+        v.iter()
+            .copied()
+            .enumerate()
+            .skip(part.0)
+            .step_by(part.1)
+            .collect()
+    };
+    let (pos, neg) = (mine(&t.pos), mine(&t.neg));
+    let ps: Vec<(u64, f64)> = pos
         .par_iter()
-        .enumerate()
-        .map(|(i, &(a, b))| {
-            let mut rng = rng_for(seed, 0, 1000 + i as u64);
-            let truth = ps[i];
+        .map(|&(i, (a, b))| (i as u64, s(a, b)))
+        .collect();
+    let ns: Vec<(u64, f64)> = neg
+        .par_iter()
+        .map(|&(i, (a, b))| (i as u64, s(a, b)))
+        .collect();
+    let ranks = pos
+        .par_iter()
+        .zip(&ps)
+        .map(|(&(i, (a, b)), &(_, truth))| {
             let (mut greater, mut equal) = (0usize, 0usize);
-            for _ in 0..corrupt {
-                let w = rng.random_range(0..rows as u64);
+            for w in corruptions(seed, i, rows, corrupt) {
                 if w == b || w == a {
                     continue;
                 }
@@ -344,20 +391,164 @@ pub fn link_prediction(
                     equal += 1;
                 }
             }
-            1.0 + greater as f64 + equal as f64 / 2.0
+            (i as u64, 1.0 + greater as f64 + equal as f64 / 2.0)
         })
         .collect();
-    let m = ranks.len() as f64;
-    let hits = |k: f64| ranks.iter().filter(|&&r| r <= k).count() as f64 / m;
-    LinkResult {
-        auc: roc_auc(&ps, &ns),
-        mrr: ranks.iter().map(|r| 1.0 / r).sum::<f64>() / m,
-        hits1: hits(1.0),
-        hits3: hits(3.0),
-        hits10: hits(10.0),
-        positives: ps.len(),
-        negatives: ns.len(),
+    Share {
+        pos: ps,
+        neg: ns,
+        ranks,
     }
+}
+
+impl Share {
+    /// The metrics of a share that holds every index (one rank, or all shares merged).
+    fn result(mut self) -> LinkResult {
+        for v in [&mut self.pos, &mut self.neg, &mut self.ranks] {
+            v.sort_by_key(|x| x.0);
+        }
+        let vals = |v: &[(u64, f64)]| v.iter().map(|x| x.1).collect::<Vec<f64>>();
+        let (ps, ns, ranks) = (vals(&self.pos), vals(&self.neg), vals(&self.ranks));
+        let m = ranks.len() as f64;
+        let hits = |k: f64| ranks.iter().filter(|&&r| r <= k).count() as f64 / m;
+        LinkResult {
+            auc: roc_auc(&ps, &ns),
+            mrr: ranks.iter().map(|r| 1.0 / r).sum::<f64>() / m,
+            hits1: hits(1.0),
+            hits3: hits(3.0),
+            hits10: hits(10.0),
+            positives: ps.len(),
+            negatives: ns.len(),
+        }
+    }
+}
+
+/// Collective: link prediction (dot score) distributed over the ranks of `comm`. Each rank reads
+/// only its stripe of the embedding rows (`row v` on rank `v mod R`) into a window, scores the
+/// test pairs whose index is its rank modulo R, and fetches the other rows those pairs and their
+/// corruptions need one-sidedly. The scores are all-gathered, so the metrics are exactly those
+/// of [`link_prediction`] on one process.
+pub fn link_prediction_distributed(
+    comm: &Comm,
+    embeddings: &Path,
+    test: &Path,
+    corrupt: usize,
+    seed: u64,
+) -> Result<LinkResult> {
+    let (rank, ranks) = (comm.rank(), comm.size());
+    let local = crate::spmd::agree(comm, read_stripe(embeddings, rank, ranks));
+    let (rows, dim, mine) = local?;
+    let t = crate::spmd::agree(comm, read_test(test, rows))?;
+    let part = Partitioner::new(Scheme::Striped, rows as u64, ranks);
+    let rb = dim * 4;
+    let mut window = comm.window(mine.len() * 4);
+    window.with_local_mut(|b| {
+        for (chunk, x) in b.chunks_exact_mut(4).zip(&mine) {
+            chunk.copy_from_slice(&x.to_le_bytes());
+        }
+    });
+    // Every stripe is in place before anyone reads one.
+    comm.barrier();
+    // Rows this rank's pairs need: endpoints and corrupted tails.
+    let mut need: FxHashSet<u64> = FxHashSet::default();
+    for (i, &(a, b)) in t.pos.iter().enumerate().skip(rank).step_by(ranks) {
+        need.extend([a, b]);
+        need.extend(corruptions(seed, i, rows as u64, corrupt));
+    }
+    for &(a, b) in t.neg.iter().skip(rank).step_by(ranks) {
+        need.extend([a, b]);
+    }
+    let mut need: Vec<u64> = need.into_iter().collect();
+    need.sort_unstable_by_key(|&v| (part.owner(v), v));
+    let slot: rustc_hash::FxHashMap<u64, usize> =
+        need.iter().enumerate().map(|(s, &v)| (v, s)).collect();
+    let mut data = vec![0f32; need.len() * dim];
+    let mut wanted: Vec<Vec<u32>> = vec![Vec::new(); ranks];
+    for &v in &need {
+        let (o, r) = part.locate(v);
+        wanted[o].push(r as u32);
+    }
+    let remote: Vec<(usize, &[u32])> = wanted
+        .iter()
+        .enumerate()
+        .filter(|&(o, w)| o != rank && !w.is_empty())
+        .map(|(o, w)| (o, w.as_slice()))
+        .collect();
+    let count: usize = remote.iter().map(|(_, w)| w.len()).sum();
+    let mut buf = vec![0u8; count.max(1) * rb];
+    window.get_rows(comm.watchdog(), &remote, rb, 4096, &mut buf);
+    let mut fetched = buf.chunks_exact(rb);
+    for (s, &v) in need.iter().enumerate() {
+        let (o, r) = part.locate(v);
+        let out = &mut data[s * dim..(s + 1) * dim];
+        if o == rank {
+            out.copy_from_slice(&mine[r * dim..(r + 1) * dim]);
+        } else {
+            let b = fetched.next().expect("one fetched row per remote need");
+            for (x, c) in out.iter_mut().zip(b.chunks_exact(4)) {
+                *x = f32::from_le_bytes(c.try_into().expect("4 bytes"));
+            }
+        }
+    }
+    let row = |v: u64| {
+        let s = slot[&v];
+        &data[s * dim..(s + 1) * dim]
+    };
+    let share = score_share(&row, rows as u64, &t, None, corrupt, seed, (rank, ranks));
+    // Every rank gets every share: (index, value) records, positives, negatives, ranks.
+    let mut all = Share {
+        pos: Vec::new(),
+        neg: Vec::new(),
+        ranks: Vec::new(),
+    };
+    for (mine, into) in [
+        (&share.pos, &mut all.pos),
+        (&share.neg, &mut all.neg),
+        (&share.ranks, &mut all.ranks),
+    ] {
+        let flat: Vec<u64> = mine.iter().flat_map(|&(i, x)| [i, x.to_bits()]).collect();
+        for b in comm.all_gather_bytes(&encode_u64(&flat)) {
+            let v = decode_u64(&b);
+            into.extend(v.chunks_exact(2).map(|c| (c[0], f64::from_bits(c[1]))));
+        }
+    }
+    Ok(all.result())
+}
+
+/// Rank `rank`'s stripe of an embeddings file (rows `rank, rank + ranks, ...`):
+/// (total rows, dim, row-major stripe). Non-finite values are refused, naming row and column.
+fn read_stripe(path: &Path, rank: usize, ranks: usize) -> Result<(usize, usize, Vec<f32>)> {
+    let f = crate::graph::h5::open_h5(path)?;
+    let ds = f
+        .dataset("embeddings")
+        .map_err(|_| Error::bad_input(path, "missing dataset 'embeddings' (num_nodes x dim)"))?;
+    let shape = ds.shape();
+    if shape.len() != 2 {
+        return Err(Error::bad_input(
+            path,
+            format!("'embeddings' must be 2-D, found shape {shape:?}"),
+        ));
+    }
+    let (rows, dim) = (shape[0], shape[1]);
+    let data: Vec<f32> = if rank < rows {
+        let a: ndarray::Array2<f32> = ds
+            .read_slice(ndarray::s![rank..rows;ranks, ..])
+            .map_err(|e| Error::hdf5(path, "read embeddings", e))?;
+        a.into_raw_vec_and_offset().0
+    } else {
+        Vec::new()
+    };
+    if let Some(i) = data.iter().position(|x| !x.is_finite()) {
+        return Err(Error::bad_input(
+            path,
+            format!(
+                "embeddings contain a non-finite value at row {}, column {}",
+                rank + (i / dim) * ranks,
+                i % dim
+            ),
+        ));
+    }
+    Ok((rows, dim, data))
 }
 
 #[cfg(test)]

@@ -48,11 +48,28 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
 
     let code = match cli.command {
-        Some(Command::Convert(c)) => serial(convert(&c)),
-        Some(Command::Generate(g)) => serial(generate_cmd(&g)),
-        Some(Command::Export(x)) => serial(export_cmd(&x)),
-        Some(Command::Eval(e)) => serial(eval_cmd(&e)),
-        Some(Command::Split(ref x)) => serial(split_cmd(x)),
+        Some(Command::Convert(c)) => serial(|| convert(&c)),
+        Some(Command::Generate(g)) => serial(|| generate_cmd(&g)),
+        Some(Command::Export(x)) => serial(|| export_cmd(&x)),
+        Some(Command::Eval(EvalCmd::Linkpred {
+            ref embeddings,
+            ref test,
+            score: graphscale::linkpred::Score::Dot,
+            corrupt,
+            seed,
+            json,
+        })) => spmd(&cli.global, |c| {
+            // The dot score runs on every rank of the job (one without mpirun).
+            let r = graphscale::linkpred::link_prediction_distributed(
+                c, embeddings, test, corrupt, seed,
+            )?;
+            if c.rank() == 0 {
+                print_linkpred(&r, graphscale::linkpred::Score::Dot, json);
+            }
+            Ok(())
+        }),
+        Some(Command::Eval(e)) => serial(|| eval_cmd(&e)),
+        Some(Command::Split(ref x)) => serial(|| split_cmd(x)),
         Some(Command::Info(ref i)) => spmd(&cli.global, |c| info(c, i)),
         Some(Command::Selftest(ref s)) => spmd(&cli.global, |c| selftest(c, s)),
         Some(Command::Train(ref t)) => spmd(&cli.global, |c| train_cmd(c, t)),
@@ -70,8 +87,13 @@ fn main() {
     std::process::exit(code);
 }
 
-fn serial(r: Result<()>) -> i32 {
-    match r {
+/// A one-process command. Under a launcher only rank 0 runs it (the others would write the same
+/// files or print the same lines): `serial` is called with the command unevaluated.
+fn serial(f: impl FnOnce() -> Result<()>) -> i32 {
+    if launcher_rank().is_some_and(|r| r != 0) {
+        return 0;
+    }
+    match f() {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("graphscale: error: {e}");
@@ -201,6 +223,21 @@ fn split_cmd(x: &SplitCmd) -> Result<()> {
     Ok(())
 }
 
+fn print_linkpred(
+    r: &graphscale::linkpred::LinkResult,
+    score: graphscale::linkpred::Score,
+    json: bool,
+) {
+    if json {
+        println!("{}", serde_json::to_string(r).expect("json"));
+    } else {
+        println!(
+            "link prediction ({score:?}): {} held-out edges, {} non-edges\nROC-AUC {:.4}  MRR {:.4}  Hits@1 {:.4}  Hits@3 {:.4}  Hits@10 {:.4}",
+            r.positives, r.negatives, r.auc, r.mrr, r.hits1, r.hits3, r.hits10
+        );
+    }
+}
+
 fn eval_cmd(e: &EvalCmd) -> Result<()> {
     if let EvalCmd::Linkpred {
         embeddings,
@@ -214,14 +251,7 @@ fn eval_cmd(e: &EvalCmd) -> Result<()> {
         let (rows, dim, data) = train::output::read_embeddings(embeddings)?;
         let t = graphscale::linkpred::read_test(test, rows)?;
         let r = graphscale::linkpred::link_prediction(&data, dim, &t, *score, *corrupt, *seed);
-        if *json {
-            println!("{}", serde_json::to_string(&r).expect("json"));
-        } else {
-            println!(
-                "link prediction ({score:?}): {} held-out edges, {} non-edges\nROC-AUC {:.4}  MRR {:.4}  Hits@1 {:.4}  Hits@3 {:.4}  Hits@10 {:.4}",
-                r.positives, r.negatives, r.auc, r.mrr, r.hits1, r.hits3, r.hits10
-            );
-        }
+        print_linkpred(&r, *score, *json);
         return Ok(());
     }
     let EvalCmd::Nodeclf {

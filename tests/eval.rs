@@ -67,10 +67,23 @@ fn split_train_and_link_prediction() {
     // Held-out edges of a planted partition fall inside blocks: far better than chance.
     assert!(dot["auc"].as_f64().expect("auc") > 0.85, "{dot}");
     assert!(dot["hits@10"].as_f64().expect("hits") > 0.3, "{dot}");
+    // Distributed over ranks (each reads a stripe of the rows and fetches the rest one-sidedly):
+    // exactly the same metrics, under mpirun and in-process.
+    let o = mpirun(3, 90, &base);
+    assert_eq!(json(&o), dot, "mpirun -n 3");
+    let mut in_process = base.to_vec();
+    in_process.extend_from_slice(&["--ranks", "2"]);
+    assert_eq!(json(&run(60, &in_process)), dot, "--ranks 2");
     let mut had = base.to_vec();
     had.extend_from_slice(&["--score", "hadamard"]);
-    let had = json(&run(60, &had));
-    assert!(had["auc"].as_f64().expect("auc") > 0.8, "{had}");
+    let had_out = json(&run(60, &had));
+    assert!(had_out["auc"].as_f64().expect("auc") > 0.8, "{had_out}");
+    // Hadamard runs on one process: under mpirun rank 0 alone evaluates and prints (once).
+    assert_eq!(
+        json(&mpirun(2, 90, &had)),
+        had_out,
+        "hadamard under mpirun -n 2"
+    );
     // Embeddings of another graph size are refused.
     let (small, _) = {
         let d2 = p(d.path(), "small");
