@@ -113,6 +113,11 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
             cfg.dtype.size(),
             if cfg.model == Model::Line && cfg.order == 1 { 1 } else { 2 }
         );
+        if cfg.update == Update::Hogwild && cfg.max_staleness > 0 {
+            log::warn!(
+                "--max-staleness applies to --update batched; hogwild always overlaps sampling with the in-place updates"
+            );
+        }
     }
     agree(
         comm,
