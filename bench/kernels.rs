@@ -11,6 +11,21 @@ use graphscale::sample::alias::AliasTable;
 use graphscale::sample::rng_for;
 use graphscale::store::{decode_row, encode_row};
 
+/// `n` uniform (center, context) pairs and `k` uniform negatives each over `rows` rows.
+fn random_batch(
+    rng: &mut graphscale::sample::Rng,
+    n: usize,
+    k: usize,
+    rows: usize,
+) -> (Vec<[u32; 2]>, Vec<u32>) {
+    let r = rows as u32;
+    let pairs = (0..n)
+        .map(|_| [rng.random_range(0..r), rng.random_range(0..r)])
+        .collect();
+    let negs = (0..n * k).map(|_| rng.random_range(0..r)).collect();
+    (pairs, negs)
+}
+
 fn skipgram(c: &mut Criterion) {
     let (dim, k, pairs_n) = (128, 5, 4096);
     let mut g = c.benchmark_group("skipgram_batch");
@@ -19,17 +34,7 @@ fn skipgram(c: &mut Criterion) {
         let rows: Vec<f32> = (0..slots * dim)
             .map(|_| rng.random_range(-0.1f32..0.1))
             .collect();
-        let pairs: Vec<[u32; 2]> = (0..pairs_n)
-            .map(|_| {
-                [
-                    rng.random_range(0..slots as u32),
-                    rng.random_range(0..slots as u32),
-                ]
-            })
-            .collect();
-        let negs: Vec<u32> = (0..pairs_n * k)
-            .map(|_| rng.random_range(0..slots as u32))
-            .collect();
+        let (pairs, negs) = random_batch(&mut rng, pairs_n, k, slots);
         g.throughput(Throughput::Elements(pairs_n as u64));
         g.bench_with_input(BenchmarkId::new("incidence", slots), &slots, |b, _| {
             b.iter(|| sgns::batch_gradients(&rows, dim, &pairs, &negs, k))
@@ -61,17 +66,7 @@ fn skipgram_in_place(c: &mut Criterion) {
                 .collect()
         };
         let (centers, targets) = (cells(&mut rng), cells(&mut rng));
-        let pairs: Vec<[u32; 2]> = (0..pairs_n)
-            .map(|_| {
-                [
-                    rng.random_range(0..rows as u32),
-                    rng.random_range(0..rows as u32),
-                ]
-            })
-            .collect();
-        let negs: Vec<u32> = (0..pairs_n * k)
-            .map(|_| rng.random_range(0..rows as u32))
-            .collect();
+        let (pairs, negs) = random_batch(&mut rng, pairs_n, k, rows);
         g.throughput(Throughput::Elements(pairs_n as u64));
         g.bench_with_input(BenchmarkId::new("hogwild", rows), &rows, |b, _| {
             b.iter(|| sgns::sgd_in_place(&centers, &targets, &[], dim, &pairs, &negs, k, 1e-4))

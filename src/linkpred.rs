@@ -436,7 +436,10 @@ pub fn link_prediction_distributed(
     seed: u64,
 ) -> Result<LinkResult> {
     let (rank, ranks) = (comm.rank(), comm.size());
-    let local = crate::spmd::agree(comm, read_stripe(embeddings, rank, ranks));
+    let local = crate::spmd::agree(
+        comm,
+        crate::train::output::read_embeddings_stripe(embeddings, rank, ranks),
+    );
     let (rows, dim, mine) = local?;
     let t = crate::spmd::agree(comm, read_test(test, rows))?;
     let part = Partitioner::new(Scheme::Striped, rows as u64, ranks);
@@ -513,42 +516,6 @@ pub fn link_prediction_distributed(
         }
     }
     Ok(all.result())
-}
-
-/// Rank `rank`'s stripe of an embeddings file (rows `rank, rank + ranks, ...`):
-/// (total rows, dim, row-major stripe). Non-finite values are refused, naming row and column.
-fn read_stripe(path: &Path, rank: usize, ranks: usize) -> Result<(usize, usize, Vec<f32>)> {
-    let f = crate::graph::h5::open_h5(path)?;
-    let ds = f
-        .dataset("embeddings")
-        .map_err(|_| Error::bad_input(path, "missing dataset 'embeddings' (num_nodes x dim)"))?;
-    let shape = ds.shape();
-    if shape.len() != 2 {
-        return Err(Error::bad_input(
-            path,
-            format!("'embeddings' must be 2-D, found shape {shape:?}"),
-        ));
-    }
-    let (rows, dim) = (shape[0], shape[1]);
-    let data: Vec<f32> = if rank < rows {
-        let a: ndarray::Array2<f32> = ds
-            .read_slice(ndarray::s![rank..rows;ranks, ..])
-            .map_err(|e| Error::hdf5(path, "read embeddings", e))?;
-        a.into_raw_vec_and_offset().0
-    } else {
-        Vec::new()
-    };
-    if let Some(i) = data.iter().position(|x| !x.is_finite()) {
-        return Err(Error::bad_input(
-            path,
-            format!(
-                "embeddings contain a non-finite value at row {}, column {}",
-                rank + (i / dim) * ranks,
-                i % dim
-            ),
-        ));
-    }
-    Ok((rows, dim, data))
 }
 
 #[cfg(test)]

@@ -105,6 +105,16 @@ fn write_rows(path: &Path, g: &LocalGraph, shard: &Shard) -> Result<()> {
 
 /// Read `embeddings` back (evaluation, export, tests): returns (rows, dim, row-major data).
 pub fn read_embeddings(path: &Path) -> Result<(usize, usize, Vec<f32>)> {
+    read_embeddings_stripe(path, 0, 1)
+}
+
+/// Rows `rank, rank + ranks, ...` of an embeddings file (one rank's stripe): returns (total
+/// rows, dim, row-major stripe). Non-finite values are refused, naming row and column.
+pub fn read_embeddings_stripe(
+    path: &Path,
+    rank: usize,
+    ranks: usize,
+) -> Result<(usize, usize, Vec<f32>)> {
     let f = crate::graph::h5::open_h5(path)?;
     let ds = f
         .dataset("embeddings")
@@ -116,18 +126,27 @@ pub fn read_embeddings(path: &Path) -> Result<(usize, usize, Vec<f32>)> {
             format!("'embeddings' must be 2-D, found shape {shape:?}"),
         ));
     }
-    let data = ds
-        .read_raw::<f32>()
-        .map_err(|e| Error::hdf5(path, "read embeddings", e))?;
+    let (rows, dim) = (shape[0], shape[1]);
+    let data: Vec<f32> = if ranks == 1 {
+        ds.read_raw::<f32>()
+            .map_err(|e| Error::hdf5(path, "read embeddings", e))?
+    } else if rank < rows {
+        let a: Array2<f32> = ds
+            .read_slice(s![rank..rows;ranks, ..])
+            .map_err(|e| Error::hdf5(path, "read embeddings", e))?;
+        a.into_raw_vec_and_offset().0
+    } else {
+        Vec::new()
+    };
     if let Some(i) = data.iter().position(|x| !x.is_finite()) {
         return Err(Error::bad_input(
             path,
             format!(
                 "embeddings contain a non-finite value at row {}, column {}",
-                i / shape[1],
-                i % shape[1]
+                rank + (i / dim) * ranks,
+                i % dim
             ),
         ));
     }
-    Ok((shape[0], shape[1], data))
+    Ok((rows, dim, data))
 }
