@@ -2,7 +2,10 @@
 //! negatives, deduplicate the batch's rows, read local rows directly and fetch remote rows with
 //! one-sided gets grouped by owner, compute loss and gradients on the rayon pool, sum gradients
 //! per row, push them to their owners in one aggregated all-to-all, and apply the optimizer on
-//! the owner. See `docs/architecture.md` for the consistency contract.
+//! the owner (`--update batched`). With `--update hogwild` (the default for sgd on f32 rows)
+//! the pool updates local rows in place pair by pair, remote rows in a fetched copy whose change
+//! is pushed, and the next batch is sampled meanwhile. See `docs/architecture.md` for the
+//! consistency contract.
 
 pub mod output;
 
