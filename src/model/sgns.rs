@@ -78,6 +78,7 @@ pub fn sgd_in_place(
 ) -> f64 {
     use rayon::prelude::*;
     const CHUNK: usize = 256;
+    const PREFETCH: usize = 2;
     let row = |center: bool, r: u32| {
         let (m, r) = if r & REMOTE != 0 {
             (remote, (r & !REMOTE) as usize)
@@ -98,6 +99,17 @@ pub fn sgd_in_place(
                 let lo = ch * CHUNK;
                 let hi = (lo + CHUNK).min(pairs.len());
                 for (i, &[c, x]) in (lo..hi).zip(&pairs[lo..hi]) {
+                    // The rows of a pair are random: start reading the next pair's while this
+                    // one computes, so that their cache misses overlap with arithmetic.
+                    if let Some(&[nc, nx]) = pairs.get(i + PREFETCH) {
+                        prefetch(row(true, nc));
+                        prefetch(row(false, nx));
+                        for &t in pair_negs(i + PREFETCH) {
+                            if t != SKIP {
+                                prefetch(row(false, t));
+                            }
+                        }
+                    }
                     let crow = row(true, c);
                     load(crow, vc);
                     gc.iter_mut().for_each(|g| *g = 0.0);
@@ -133,6 +145,20 @@ pub fn sgd_in_place(
             },
         )
         .sum()
+}
+
+/// Hint the CPU to bring `cells` into cache (no effect on values; a no-op off x86-64).
+#[inline]
+fn prefetch(cells: &[AtomicU32]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in cells.chunks(16) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch is a hint that never faults and changes no value; the address is
+        // that of a live row (SSE, which provides it, is part of the x86-64 baseline).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = cells;
 }
 
 #[inline]

@@ -47,6 +47,14 @@ impl Walker {
         }
     }
 
+    /// Move to `x` (not yet visited).
+    fn step_to(&mut self, x: u64) {
+        self.prev = self.cur;
+        self.cur = x;
+        self.step += 1;
+        self.visited = false;
+    }
+
     /// Decode bytes from a file: None unless they are a well-formed walker within the limits.
     fn try_decode(b: &[u8], num_nodes: u64, window: u32) -> Option<(Walker, usize)> {
         let n = *b.get(29)? as usize;
@@ -99,6 +107,10 @@ pub struct WalkParams {
     pub node2vec: Option<(f32, f32)>,
     /// Walkers kept in flight per rank.
     pub in_flight: usize,
+    /// Steps a walker may take in one superstep while it stays on this rank (>= 1). Several
+    /// steps emit a walk's pairs back to back, as word2vec trains a sentence: the rows of a
+    /// window are still in cache for the next token.
+    pub local_steps: u32,
 }
 
 pub struct WalkEngine {
@@ -235,22 +247,33 @@ impl WalkEngine {
         let mut asks: Vec<(usize, Walker, u64, f32)> = Vec::new();
         let walkers = std::mem::take(&mut self.walkers);
         for mut w in walkers {
-            let local = g.part.local_index(w.cur);
-            if !w.visited {
-                if let Some(t) = &mut self.trace {
-                    t.push((w.id, w.step, w.cur));
+            let mut budget = self.params.local_steps.max(1);
+            loop {
+                let local = g.part.local_index(w.cur);
+                if !w.visited {
+                    if let Some(t) = &mut self.trace {
+                        t.push((w.id, w.step, w.cur));
+                    }
+                    self.visit(&mut w, local, rng, pairs);
+                    out.tokens += 1;
                 }
-                self.visit(&mut w, local, rng, pairs);
-                out.tokens += 1;
-            }
-            if w.step >= self.params.walk_length || g.degree(local) == 0 {
-                out.finished += 1;
-                continue;
-            }
-            match self.propose(g, &w, local, rng) {
-                Move::Go(x) => self.advance(g, w, x, &mut send),
-                Move::Retry => self.walkers.push(w),
-                Move::Ask(x, u) => asks.push((g.part.owner(w.prev), w, x, u)),
+                if w.step >= self.params.walk_length || g.degree(local) == 0 {
+                    out.finished += 1;
+                    break;
+                }
+                match self.propose(g, &w, local, rng) {
+                    Move::Go(x) => {
+                        budget -= 1;
+                        if budget > 0 && g.part.owner(x) == self.rank {
+                            w.step_to(x);
+                            continue;
+                        }
+                        self.advance(g, w, x, &mut send);
+                    }
+                    Move::Retry => self.walkers.push(w),
+                    Move::Ask(x, u) => asks.push((g.part.owner(w.prev), w, x, u)),
+                }
+                break;
             }
         }
         if let Some((_, q)) = self.params.node2vec {
@@ -340,10 +363,7 @@ impl WalkEngine {
     }
 
     fn advance(&self, g: &LocalGraph, mut w: Walker, x: u64, send: &mut [Vec<u8>]) {
-        w.prev = w.cur;
-        w.cur = x;
-        w.step += 1;
-        w.visited = false;
+        w.step_to(x);
         w.encode(&mut send[g.part.owner(x)]);
     }
 }
@@ -458,13 +478,19 @@ mod tests {
             .collect()
     }
 
-    fn params(walk_length: u32, walks_per_node: u32, node2vec: Option<(f32, f32)>) -> WalkParams {
+    fn params(
+        walk_length: u32,
+        walks_per_node: u32,
+        node2vec: Option<(f32, f32)>,
+        local_steps: u32,
+    ) -> WalkParams {
         WalkParams {
             walk_length,
             window: 3,
             walks_per_node,
             node2vec,
             in_flight: 64,
+            local_steps,
         }
     }
 
@@ -476,10 +502,11 @@ mod tests {
             ranks in 1usize..4,
             pq in prop::option::of((0.25f32..4.0, 0.25f32..4.0)),
             seed in any::<u64>(),
+            local_steps in 1u32..8,
         ) {
             let edges: Vec<Edge> = raw.iter().map(|&(s, d)| Edge { src: s, dst: d, weight: 1.0 }).collect();
             let set = edge_set(&edges);
-            let ws = walks(&edges, 30, ranks, params(6, 2, pq), seed);
+            let ws = walks(&edges, 30, ranks, params(6, 2, pq, local_steps), seed);
             // Every node starts walks_per_node walks, each visits walk_length nodes unless it
             // reaches a node without edges, and every step follows an edge.
             prop_assert_eq!(ws.len(), 60);
@@ -570,14 +597,16 @@ mod tests {
     fn node2vec_steps_follow_the_second_order_distribution_across_ranks() {
         let edges = mixed_graph();
         let set = edge_set(&edges);
-        for (p, q, ranks) in [
-            (0.25, 4.0, 1),
-            (0.25, 4.0, 3),
-            (4.0, 0.25, 3),
-            (1.0, 1.0, 3),
+        for (p, q, ranks, local_steps) in [
+            (0.25, 4.0, 1, 1),
+            (0.25, 4.0, 1, 40),
+            (0.25, 4.0, 3, 1),
+            (4.0, 0.25, 3, 40),
+            (1.0, 1.0, 3, 1),
         ] {
-            // 3 ranks: previous nodes often live elsewhere, so the query round is exercised.
-            let ws = walks(&edges, 8, ranks, params(40, 400, Some((p, q))), 11);
+            // 3 ranks: previous nodes often live elsewhere, so the query round is exercised;
+            // 40 local steps: walkers also move on without an exchange while they stay local.
+            let ws = walks(&edges, 8, ranks, params(40, 400, Some((p, q)), local_steps), 11);
             let (stat, dof) = node2vec_chi_square(&ws, &set, f64::from(p), f64::from(q));
             assert!(dof > 10.0, "too few contexts: {dof}");
             // Far above this (mean dof, sd sqrt(2 dof)) means the sampler is biased.
@@ -594,14 +623,14 @@ mod tests {
         // With p = q = 1 every neighbour of v is equally likely whatever t was.
         let edges = mixed_graph();
         let set = edge_set(&edges);
-        let ws = walks(&edges, 8, 2, params(40, 400, Some((1.0, 1.0))), 5);
+        let ws = walks(&edges, 8, 2, params(40, 400, Some((1.0, 1.0)), 3), 5);
         let (stat, dof) = node2vec_chi_square(&ws, &set, 1.0, 1.0);
         assert!(
             stat < dof + 5.0 * (2.0 * dof).sqrt(),
             "chi-square {stat:.1} over {dof} dof"
         );
         // And a strongly biased setting is detected by the same statistic (the test can fail).
-        let biased = walks(&edges, 8, 2, params(40, 400, Some((0.25, 4.0))), 5);
+        let biased = walks(&edges, 8, 2, params(40, 400, Some((0.25, 4.0)), 3), 5);
         let (stat, dof) = node2vec_chi_square(&biased, &set, 1.0, 1.0);
         assert!(
             stat > dof + 5.0 * (2.0 * dof).sqrt(),

@@ -393,6 +393,15 @@ impl<'a> Trainer<'a> {
 
     fn train_walks(&mut self) {
         let cfg = self.cfg;
+        // A walker keeps walking while its next node is on this rank (the whole walk on one
+        // rank), so it takes min(L, P / (P - 1)) steps per superstep on average when nodes are
+        // spread evenly over P ranks.
+        let ranks = self.comm.size() as f64;
+        let steps = if ranks > 1.0 {
+            (ranks / (ranks - 1.0)).min(f64::from(cfg.walk_length))
+        } else {
+            f64::from(cfg.walk_length)
+        };
         let params = WalkParams {
             walk_length: cfg.walk_length,
             window: cfg.window,
@@ -402,9 +411,11 @@ impl<'a> Trainer<'a> {
             // in flight, so that small graphs still get many optimizer steps.
             // --batch-size is the global number of pairs per step: each rank keeps its share
             // of walkers in flight, so the optimisation is the same at any rank count.
-            in_flight: (cfg.batch_size.div_ceil(self.comm.size()) / (cfg.window as usize + 1))
+            in_flight: ((cfg.batch_size.div_ceil(self.comm.size()) as f64
+                / ((cfg.window as usize + 1) as f64 * steps)) as usize)
                 .min((self.g.num_local() * cfg.walks_per_node as usize).div_ceil(16))
                 .max(1),
+            local_steps: cfg.walk_length,
         };
         let mut wrng = rng_for(cfg.seed, self.comm.rank(), 3);
         let mut engine = WalkEngine::new(self.comm, self.g, params, cfg.subsample, &mut wrng);
