@@ -606,7 +606,13 @@ mod tests {
         ] {
             // 3 ranks: previous nodes often live elsewhere, so the query round is exercised;
             // 40 local steps: walkers also move on without an exchange while they stay local.
-            let ws = walks(&edges, 8, ranks, params(40, 400, Some((p, q)), local_steps), 11);
+            let ws = walks(
+                &edges,
+                8,
+                ranks,
+                params(40, 400, Some((p, q)), local_steps),
+                11,
+            );
             let (stat, dof) = node2vec_chi_square(&ws, &set, f64::from(p), f64::from(q));
             assert!(dof > 10.0, "too few contexts: {dof}");
             // Far above this (mean dof, sd sqrt(2 dof)) means the sampler is biased.
