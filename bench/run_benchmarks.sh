@@ -24,7 +24,9 @@ if [[ "$what" == ranks ]]; then
   "$BIN" convert "$DATA/blogcatalog/edges.tsv" -o "$WORK/blog.h5" > /dev/null
   for n in ${RANKS:-1 2 4}; do
     t=$(( n == 1 ? 2 : 1 ))
-    mpirun --oversubscribe -n "$n" "$BIN" --graph "$WORK/blog.h5" --walks-per-node "$W" --walk-length "$L" \
+    # mpirun would bind the single rank to one core: --map-by slot:PE=2 gives it both.
+    bind=""; (( t > 1 )) && bind="--map-by slot:PE=$t"
+    mpirun --oversubscribe $bind -n "$n" "$BIN" --graph "$WORK/blog.h5" --walks-per-node "$W" --walk-length "$L" \
       --window 10 --dim 128 --negatives 5 --threads "$t" --comm-timeout 600 ${GS_FLAGS:-} \
       -o "$WORK/r${n}_emb.h5" --metrics "$WORK/r${n}_metrics.jsonl" 2> "$WORK/r${n}.log"
     "$BIN" eval nodeclf --embeddings "$WORK/r${n}_emb.h5" --labels "$DATA/blogcatalog/labels.tsv" --repeats 5 --json > "$WORK/r${n}_f1.json"

@@ -75,6 +75,15 @@ echo "good job $jid: $state"
 [[ -f "$W/emb.h5" && -f "$W/ck/LATEST" ]] || { cat "$W"/good-*.out; echo "selftest: no embeddings or checkpoint" >&2; exit 1; }
 "$BIN" eval nodeclf --embeddings "$W/emb.h5" --labels "$W/labels.tsv" --train-fractions 0.5 --repeats 2
 
+# A hybrid job: 1 rank with 2 CPUs; mpirun must give the rank both (no sharing warning).
+sbatch --parsable --wait --ntasks 1 --cpus-per-task 2 --chdir "$W" --output "$W/hybrid-%j.out" \
+  --export=ALL,GRAPH="$W/g.h5",OUT="$W/hybrid.h5",BIN="$BIN",EXTRA="--walks-per-node 2 --comm-timeout 60" \
+  "$ROOT/scripts/slurm/run_deepwalk.slurm" > /dev/null || { cat "$W"/hybrid-*.out; echo "selftest: hybrid job failed" >&2; exit 1; }
+if grep -q "compute threads: they will share" "$W"/hybrid-*.out; then
+  cat "$W"/hybrid-*.out; echo "selftest: the rank's 2 threads were bound to one CPU" >&2; exit 1
+fi
+echo "hybrid job: 1 rank x 2 threads, not bound to one core"
+
 # A failing job: one rank is killed mid-run (SIGKILL at step 20); the whole job must end FAILED, well before its limit.
 # (EXTRA holds commas, which --export would split: it travels in the environment instead.)
 start=$(date +%s)

@@ -188,6 +188,17 @@ impl<'a> Trainer<'a> {
                 *x = (rng.random::<f32>() - 0.5) / dim as f32;
             }
         });
+        // mpirun binds a rank to one core by default: its threads would then share that core.
+        let cpus = std::thread::available_parallelism().map_or(cfg.threads, |n| n.get());
+        if cfg.threads > cpus {
+            log::warn!(
+                "rank {rank} may run on {cpus} CPU(s) but has {} compute threads: they will \
+                 share them. Under mpirun give each rank its CPUs (--map-by slot:PE={} or \
+                 --bind-to none), or lower --threads",
+                cfg.threads,
+                cfg.threads
+            );
+        }
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(cfg.threads)
             .thread_name(move |i| format!("compute-{rank}-{i}"))
