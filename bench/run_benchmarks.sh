@@ -105,7 +105,25 @@ if os.path.exists(os.path.join(w, "base.json")):
     b = json.load(open(os.path.join(w, "base.json")))
     res["gensim"] = {"raw": b, "peak_rss_kib": int(open(os.path.join(w, "base.rss")).read().split()[-1]),
                      "f1": json.load(open(os.path.join(w, "base_f1.json")))["results"]}
+    g, base = res["graphscale"], res["gensim"]
+    base_wall = b["walk_phase_s"] + b["train_phase_s"]
+    res["ratio"] = {"tokens_per_second": g["tokens_per_second"] / b["train_tokens_per_s"],
+                    "wall_seconds": g["wall_seconds"] / base_wall,
+                    "peak_rss": g["peak_rss_kib"] / base["peak_rss_kib"],
+                    "micro_f1_points": {f: 100 * (g["f1"][f]["micro_f1"] - base["f1"][f]["micro_f1"]) for f in g["f1"]}}
 json.dump(res, open(out, "w"), indent=1)
 print(json.dumps(res, indent=1))
+f1 = lambda r: " / ".join(f"{100 * r['f1'][f]['micro_f1']:.2f}" for f in sorted(r["f1"]))
+g = res["graphscale"]
+print(f"graphscale: {g['wall_seconds']:.1f} s wall, {g['tokens_per_second'] / 1e3:.1f}k tokens/s, "
+      f"{g['pairs_per_second'] / 1e6:.2f}M pairs/s, peak RSS {g['peak_rss_kib'] / 1024:.0f} MiB, Micro-F1 {f1(g)}")
+if "gensim" in res:
+    b, r = res["gensim"]["raw"], res["ratio"]
+    print(f"walks+gensim: {b['walk_phase_s'] + b['train_phase_s']:.1f} s (walks + training), "
+          f"{b['train_tokens_per_s'] / 1e3:.1f}k tokens/s, <= {b['est_sg_pairs_per_s_upper'] / 1e6:.2f}M pairs/s, "
+          f"peak RSS {res['gensim']['peak_rss_kib'] / 1024:.0f} MiB, Micro-F1 {f1(res['gensim'])}")
+    print(f"ratio graphscale/gensim: {r['tokens_per_second']:.2f}x tokens/s, {r['wall_seconds']:.2f}x wall time, "
+          f"{r['peak_rss']:.2f}x peak RSS, Micro-F1 "
+          + " / ".join(f"{v:+.2f}" for _, v in sorted(r["micro_f1_points"].items())))
 PYEOF
 fi
