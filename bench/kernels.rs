@@ -1,6 +1,8 @@
 //! Criterion benchmarks of the hot kernels, with throughput in elements so that results read as
 //! pairs/s, rows/s or draws/s. Roofline: a skip-gram pair with K negatives at d = 128 does
 //! ~(1 + K) * 3 * 2 * d flops on (2 + K) rows of d * 4 bytes. Run: `cargo bench --bench kernels`.
+//! Groups: skip-gram (batched and hogwild), LINE first order, walk epochs (DeepWalk and node2vec),
+//! row gather and scatter-add, row codecs (f32/f16/bf16), alias draws.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rand::RngExt;
@@ -75,6 +77,118 @@ fn skipgram_in_place(c: &mut Criterion) {
     g.finish();
 }
 
+/// LINE first order on the hogwild path: one matrix is both the input and the output side.
+fn line_in_place(c: &mut Criterion) {
+    use std::sync::atomic::AtomicU32;
+    let (dim, k, pairs_n, rows) = (128, 5, 65536, 10_312);
+    let mut rng = rng_for(2, 0, 0);
+    let m: Vec<AtomicU32> = (0..rows * dim)
+        .map(|_| AtomicU32::new(rng.random_range(-0.1f32..0.1).to_bits()))
+        .collect();
+    let (pairs, negs) = random_batch(&mut rng, pairs_n, k, rows);
+    let mut g = c.benchmark_group("line_in_place");
+    g.sample_size(20);
+    g.throughput(Throughput::Elements(pairs_n as u64));
+    g.bench_function("first_order_10312", |b| {
+        b.iter(|| sgns::sgd_in_place(&m, &m, &[], dim, &pairs, &negs, k, 1e-4))
+    });
+    g.finish();
+}
+
+/// Walk steps (one epoch of 80-step walks, pairs emitted with window 10) and the gather and
+/// scatter-add of rows, on one in-process rank over a uniform random graph of BlogCatalog's size
+/// (10,312 nodes, 333,983 edges).
+fn walks_and_rows(c: &mut Criterion) {
+    use graphscale::graph::partition::{Partitioner, Scheme};
+    use graphscale::graph::{csr::route_edges, Edge, LocalGraph};
+    use graphscale::sample::walk::{WalkEngine, WalkParams};
+    use graphscale::store::Shard;
+    // Criterion is not Send and a communicator lives on its rank's thread: the rank thread
+    // measures with its own Criterion, configured from the same command line.
+    let _ = c;
+    graphscale::comm::local::run(1, std::time::Duration::from_secs(3600), |comm| {
+        let mut c = Criterion::default().configure_from_args();
+        let (n, m) = (10_312u64, 333_983usize);
+        let mut rng = rng_for(4, 0, 0);
+        let edges: Vec<Edge> = (0..m)
+            .map(|_| {
+                let s = rng.random_range(0..n);
+                let d = (s + rng.random_range(1..n)) % n;
+                Edge {
+                    src: s,
+                    dst: d,
+                    weight: 1.0,
+                }
+            })
+            .collect();
+        let part = Partitioner::new(Scheme::Striped, n, 1);
+        let entries = route_edges(&comm, &part, &edges, false);
+        let g = LocalGraph::from_entries(0, part, &entries, m as u64, false, false);
+        let mut group = c.benchmark_group("walk_epoch");
+        group.sample_size(10);
+        group.throughput(Throughput::Elements(n * 80));
+        for (name, node2vec) in [("deepwalk", None), ("node2vec_p0.25_q4", Some((0.25, 4.0)))] {
+            let params = WalkParams {
+                walk_length: 80,
+                window: 10,
+                walks_per_node: 1,
+                node2vec,
+                in_flight: 32,
+                local_steps: 80,
+            };
+            let mut wrng = rng_for(5, 0, 3);
+            let mut e = WalkEngine::new(&comm, &g, params, 0.0, &mut wrng);
+            let mut pairs = Vec::new();
+            group.bench_function(name, |b| {
+                b.iter(|| {
+                    e.new_epoch();
+                    loop {
+                        pairs.clear();
+                        e.superstep(&comm, &g, &mut wrng, &mut pairs);
+                        if e.pending() == 0 {
+                            break;
+                        }
+                    }
+                })
+            });
+        }
+        group.finish();
+
+        let (dim, batch) = (128, 4096usize);
+        let mut group = c.benchmark_group("rows");
+        group.throughput(Throughput::Elements(batch as u64));
+        for dt in [Dtype::F32, Dtype::F16] {
+            let mut shard = Shard::new(
+                &comm,
+                n as usize,
+                dim,
+                dt,
+                graphscale::config::Optimizer::Sgd,
+            );
+            let idx: Vec<u32> = (0..batch).map(|_| rng.random_range(0..n as u32)).collect();
+            let rb = shard.row_bytes();
+            let (mut buf, mut rows) = (vec![0u8; batch * rb], vec![0f32; batch * dim]);
+            group.bench_function(format!("gather_{dt:?}"), |b| {
+                b.iter(|| {
+                    let req = [(0usize, idx.as_slice())];
+                    shard
+                        .window
+                        .get_rows(comm.watchdog(), &req, rb, 4096, &mut buf);
+                    for (inp, out) in buf.chunks_exact(rb).zip(rows.chunks_exact_mut(dim)) {
+                        decode_row(dt, inp, out);
+                    }
+                })
+            });
+            let delta = vec![1e-3f32; dim];
+            group.bench_function(format!("scatter_add_{dt:?}"), |b| {
+                b.iter(|| shard.add_deltas(idx.iter().map(|&r| (r, delta.as_slice()))))
+            });
+        }
+        group.finish();
+        c.final_summary();
+    });
+}
+
 fn rows_codec(c: &mut Criterion) {
     let dim = 128;
     let n = 4096;
@@ -121,6 +235,8 @@ criterion_group!(
     benches,
     skipgram,
     skipgram_in_place,
+    line_in_place,
+    walks_and_rows,
     rows_codec,
     alias_draws
 );
