@@ -179,7 +179,7 @@ impl<'a> Trainer<'a> {
             shards.push(Shard::new(comm, rows, cfg.dim, cfg.dtype, cfg.optimizer));
         }
         // gensim 4's init: vertex rows uniform in [-1/d, 1/d] (word2vec C uses half that; the
-        // wider range gave +0.2-0.4 Micro-F1 and +0.4-0.6 Macro-F1 on BlogCatalog 10 x 80 over
+        // wider range gave +0.2-0.3 Micro-F1 and +0.4-0.7 Macro-F1 on BlogCatalog 10 x 80, mean of
         // two seeds, docs/results.md), seeded by node id so the initial matrix is the same for
         // any number of ranks; context rows zero.
         let (rank, seed, dim) = (comm.rank(), cfg.seed, cfg.dim);
