@@ -161,7 +161,7 @@ fn prefetch(cells: &[AtomicU32]) {
     let _ = cells;
 }
 
-/// Copy a shared row into `out` (same length): 16-byte vector moves, then single relaxed loads.
+/// Copy a shared row into `out` (same length): vector moves, then single relaxed loads.
 #[inline]
 fn load(cells: &[AtomicU32], out: &mut [f32]) {
     debug_assert_eq!(cells.len(), out.len());
