@@ -181,63 +181,49 @@ fn store(cells: &[AtomicU32], v: &[f32]) {
     }
 }
 
-/// Copy a leading part of `n` 4-byte values from `src` to `dst` with vector moves (32 bytes with
-/// AVX, else 16); returns how many were copied. One side is a shared row that other threads read
-/// and write concurrently: word-by-word relaxed atomics compile to one scalar move per value, a
-/// third of the kernel's time (`cargo bench --bench kernels -- skipgram_in_place`). Inline
-/// assembly is outside Rust's memory model; these moves are the relaxed 4-byte loads and stores
-/// of the atomic path, done several at a time. The other side is a private buffer.
+/// Copy a leading part of `n` 4-byte values from `src` to `dst` with 32-byte AVX moves; returns
+/// how many were copied (0 without AVX: the caller's relaxed atomics then copy everything). One
+/// side is a shared row that other threads read and write concurrently: word-by-word relaxed
+/// atomics compile to one scalar move per value, a third of the kernel's time (`cargo bench
+/// --bench kernels -- skipgram_in_place`). Inline assembly is outside Rust's memory model; these
+/// moves are the relaxed 4-byte loads and stores of the atomic path, done eight at a time. The
+/// other side is a private buffer.
 #[inline]
 fn vector_copy(src: *const u32, dst: *mut u32, n: usize) -> usize {
     #[cfg(all(target_arch = "x86_64", target_feature = "avx"))]
-    const LANES: usize = 8;
-    #[cfg(not(all(target_arch = "x86_64", target_feature = "avx")))]
-    const LANES: usize = 4;
-    let blocks = n / LANES;
-    #[cfg(target_arch = "x86_64")]
-    if blocks > 0 {
-        // SAFETY: callers pass `src` and `dst` from slices of `n` values that do not overlap
-        // (a shared row and a thread's private buffer), so both are valid for `blocks * LANES`
-        // values. The values are 4-byte aligned and never cross a cache line, so x86 moves each
-        // of them whole: a racing update of the shared row may be lost (as in word2vec's
-        // HOGWILD) but no value is torn. The block touches no stack, and its registers are
-        // declared.
-        unsafe {
-            #[cfg(target_feature = "avx")]
-            std::arch::asm!(
-                "2:",
-                "vmovups {x}, ymmword ptr [{s}]",
-                "vmovups ymmword ptr [{d}], {x}",
-                "add {s}, 32",
-                "add {d}, 32",
-                "dec {b}",
-                "jnz 2b",
-                s = inout(reg) src => _,
-                d = inout(reg) dst => _,
-                b = inout(reg) blocks => _,
-                x = out(ymm_reg) _,
-                options(nostack),
-            );
-            #[cfg(not(target_feature = "avx"))]
-            std::arch::asm!(
-                "2:",
-                "movups {x}, xmmword ptr [{s}]",
-                "movups xmmword ptr [{d}], {x}",
-                "add {s}, 16",
-                "add {d}, 16",
-                "dec {b}",
-                "jnz 2b",
-                s = inout(reg) src => _,
-                d = inout(reg) dst => _,
-                b = inout(reg) blocks => _,
-                x = out(xmm_reg) _,
-                options(nostack),
-            );
+    {
+        let blocks = n / 8;
+        if blocks > 0 {
+            // SAFETY: callers pass `src` and `dst` from slices of `n` values that do not
+            // overlap (a shared row and a thread's private buffer), so both are valid for
+            // `blocks * 8` values. The values are 4-byte aligned and never cross a cache line,
+            // so x86 moves each of them whole: a racing update of the shared row may be lost
+            // (as in word2vec's HOGWILD) but no value is torn. The block touches no stack, and
+            // its registers are declared.
+            unsafe {
+                std::arch::asm!(
+                    "2:",
+                    "vmovups {x}, ymmword ptr [{s}]",
+                    "vmovups ymmword ptr [{d}], {x}",
+                    "add {s}, 32",
+                    "add {d}, 32",
+                    "dec {b}",
+                    "jnz 2b",
+                    s = inout(reg) src => _,
+                    d = inout(reg) dst => _,
+                    b = inout(reg) blocks => _,
+                    x = out(ymm_reg) _,
+                    options(nostack),
+                );
+            }
         }
-        return blocks * LANES;
+        blocks * 8
     }
-    let _ = (src, dst, blocks);
-    0
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "avx")))]
+    {
+        let _ = (src, dst, n);
+        0
+    }
 }
 
 #[cfg(test)]
