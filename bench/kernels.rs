@@ -101,7 +101,7 @@ fn line_in_place(c: &mut Criterion) {
 fn walks_and_rows(c: &mut Criterion) {
     use graphscale::graph::partition::{Partitioner, Scheme};
     use graphscale::graph::{csr::route_edges, Edge, LocalGraph};
-    use graphscale::sample::walk::{WalkEngine, WalkParams};
+    use graphscale::sample::walk::{Segments, WalkEngine, WalkParams};
     use graphscale::store::Shard;
     // Criterion is not Send and a communicator lives on its rank's thread: the rank thread
     // measures with its own Criterion, configured from the same command line.
@@ -138,13 +138,13 @@ fn walks_and_rows(c: &mut Criterion) {
             };
             let mut wrng = rng_for(5, 0, 3);
             let mut e = WalkEngine::new(&comm, &g, params, 0.0, &mut wrng);
-            let mut pairs = Vec::new();
+            let mut segs = Segments::default();
             group.bench_function(name, |b| {
                 b.iter(|| {
                     e.new_epoch();
                     loop {
-                        pairs.clear();
-                        e.superstep(&comm, &g, &mut wrng, &mut pairs);
+                        segs.clear();
+                        e.superstep(&comm, &g, &mut wrng, &mut segs);
                         if e.pending() == 0 {
                             break;
                         }

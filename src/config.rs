@@ -117,9 +117,14 @@ pub struct RawTrain {
     /// Row ids merged into one one-sided request
     #[arg(long)]
     pub request_batch_size: Option<usize>,
-    /// Pairs that share one draw of negatives (1 = independent negatives, word2vec)
+    /// Pairs that share one draw of negatives (1 = independent negatives, word2vec); for
+    /// `--kernel pair`
     #[arg(long)]
     pub shared_negatives: Option<usize>,
+    /// How hogwild trains walks: token (default; each token's window against its row and k
+    /// negatives shared by the window, one dense block) or pair (word2vec's pair by pair)
+    #[arg(long, value_enum)]
+    pub kernel: Option<Kernel>,
     /// Compute threads per rank (default: all cores / ranks on the node)
     #[arg(long)]
     pub threads: Option<usize>,
@@ -215,6 +220,7 @@ struct FileCompute {
     request_batch_size: Option<usize>,
     max_staleness: Option<u32>,
     shared_negatives: Option<usize>,
+    kernel: Option<Kernel>,
     update: Option<Update>,
 }
 
@@ -286,6 +292,7 @@ impl RawTrain {
             batch_size: f.compute.batch_size,
             request_batch_size: f.compute.request_batch_size,
             shared_negatives: f.compute.shared_negatives,
+            kernel: f.compute.kernel,
             threads: f.compute.threads,
             update: f.compute.update,
             max_staleness: f.compute.max_staleness,
@@ -329,6 +336,7 @@ impl RawTrain {
             batch_size,
             request_batch_size,
             shared_negatives,
+            kernel,
             threads,
             update,
             max_staleness,
@@ -372,6 +380,7 @@ pub struct TrainConfig {
     pub batch_size: usize,
     pub request_batch_size: usize,
     pub shared_negatives: usize,
+    pub kernel: Kernel,
     pub threads: usize,
     /// Resolved: never `Auto`.
     pub update: Update,
@@ -399,6 +408,17 @@ pub enum Update {
     Hogwild,
     /// Gradients are summed over the batch and the owner applies the optimizer once per row.
     Batched,
+}
+
+/// How `--update hogwild` trains walk pairs (`--kernel`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Kernel {
+    /// Per output token, its window's input rows against its row and k negatives drawn once
+    /// for the window: one dense block (Ji et al.'s pWord2Vec, BlazingText).
+    Token,
+    /// Pair by pair with k negatives each, in word2vec's order.
+    Pair,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -564,6 +584,7 @@ impl TrainConfig {
             batch_size: r.batch_size.unwrap_or(16384),
             request_batch_size: r.request_batch_size.unwrap_or(4096),
             shared_negatives: r.shared_negatives.unwrap_or(1),
+            kernel: r.kernel.unwrap_or(Kernel::Token),
             threads: r
                 .threads
                 .unwrap_or_else(|| (cores / ranks_on_this_node()).max(1)),

@@ -147,6 +147,376 @@ pub fn sgd_in_place(
         .sum()
 }
 
+/// The rows of [`sgd_segments`]: per token its (input, output) row references, as in
+/// [`sgd_in_place`], and its reduced window; per segment its first token and history length;
+/// per group (output token with at least one input, in order) `k` negative references, or
+/// `SKIP`; per segment its first group.
+pub struct SegmentRows<'a> {
+    pub refs: &'a [[u32; 2]],
+    pub wins: &'a [u32],
+    pub segs: &'a [(u32, u32)],
+    pub negs: &'a [u32],
+    pub first_group: &'a [u32],
+}
+
+/// Number of inputs of output `b` (positions `lo..hi` except `b`, see
+/// [`crate::sample::walk::group_inputs`]).
+#[inline]
+pub fn group_size(lo: usize, hi: usize, b: usize) -> usize {
+    (hi - lo) - usize::from((lo..hi).contains(&b))
+}
+
+/// Token-blocked HOGWILD skip-gram (Ji et al.'s pWord2Vec, BlazingText): each output token b of
+/// a segment, its inputs (the tokens of b's window, rows of `centers`) and its targets (b's row
+/// of `targets` and `k` negatives shared by the group) form one dense block: scores
+/// S = V U^T (m x (1 + k)), coefficients G = (label - sigmoid(S)) lr, then V += G U and
+/// U += G^T V, both from the values before the block. An input row is copied once while it is
+/// inside some window (a ring of 2 `window` + 1 rows) and goes back as a delta when it leaves;
+/// target rows go back as deltas after each block. Segments run in parallel on the current
+/// rayon pool. Returns the summed loss, estimated from every `LOSS_SAMPLE`-th group; NaN if any
+/// score is NaN.
+#[allow(clippy::too_many_arguments)]
+pub fn sgd_segments(
+    centers: &[AtomicU32],
+    targets: &[AtomicU32],
+    remote: &[AtomicU32],
+    dim: usize,
+    rows: &SegmentRows,
+    k: usize,
+    window: u32,
+    lr: f32,
+) -> f64 {
+    use crate::sample::walk::group_inputs;
+    use rayon::prelude::*;
+    let row = |center: bool, r: u32| {
+        let (m, r) = if r & REMOTE != 0 {
+            (remote, (r & !REMOTE) as usize)
+        } else if center {
+            (centers, r as usize)
+        } else {
+            (targets, r as usize)
+        };
+        &m[r * dim..(r + 1) * dim]
+    };
+    let ring = 2 * window as usize + 1;
+    let nt = 1 + k;
+    let SegmentRows {
+        refs,
+        wins,
+        segs,
+        negs,
+        first_group,
+    } = *rows;
+    (0..segs.len())
+        .into_par_iter()
+        .map_init(
+            || Block::new(ring, nt, dim),
+            |blk, s| {
+                let lo = segs[s].0 as usize;
+                let hi = segs.get(s + 1).map_or(refs.len(), |&(n, _)| n as usize);
+                let h = segs[s].1 as usize;
+                let (refs, wins) = (&refs[lo..hi], &wins[lo..hi]);
+                let n = refs.len();
+                blk.slot_token.iter_mut().for_each(|t| *t = usize::MAX);
+                let mut g = first_group[s] as usize;
+                let mut loss = 0f64;
+                for b in 0..n {
+                    // Write back the input that no later window reaches.
+                    if b > window as usize {
+                        blk.evict(b - window as usize - 1, |a| row(true, refs[a][0]));
+                    }
+                    let (ilo, ihi) = group_inputs(n, h, b, wins[b]);
+                    let m = group_size(ilo, ihi, b);
+                    if m == 0 {
+                        continue;
+                    }
+                    let gn = &negs[g * k..(g + 1) * k];
+                    // The next group's target rows and the next input to enter a window.
+                    if b + 1 < n {
+                        prefetch(row(false, refs[b + 1][1]));
+                        for &t in negs.get((g + 1) * k..(g + 2) * k).unwrap_or(&[]) {
+                            if t != SKIP {
+                                prefetch(row(false, t));
+                            }
+                        }
+                    }
+                    if let Some(r) = refs.get(b + window as usize + 1) {
+                        prefetch(row(true, r[0]));
+                    }
+                    let ts = std::iter::once(refs[b][1]).chain(gn.iter().copied());
+                    let mut tl = 0;
+                    for (j, t) in ts.enumerate() {
+                        if t != SKIP {
+                            blk.tref[tl] = (t, if j == 0 { 1.0 } else { 0.0 });
+                            load(row(false, t), &mut blk.u[tl * dim..(tl + 1) * dim]);
+                            tl += 1;
+                        }
+                    }
+                    let mut mi = 0;
+                    for a in (ilo..ihi).filter(|&a| a != b) {
+                        blk.slots[mi] = blk.input(a, |a| row(true, refs[a][0]));
+                        mi += 1;
+                    }
+                    // Unsampled groups return 0 (or NaN): only sampled ones are scaled.
+                    let sampled = g % LOSS_SAMPLE == 0;
+                    let l = blk.update(mi, tl, lr, sampled);
+                    loss += if sampled { l * LOSS_SAMPLE as f64 } else { l };
+                    for (t, &(r, _)) in blk.tref[..tl].iter().enumerate() {
+                        add_to(row(false, r), &blk.du[t * dim..(t + 1) * dim], &mut blk.tmp);
+                    }
+                    g += 1;
+                }
+                for a in n.saturating_sub(window as usize + 1)..n {
+                    blk.evict(a, |a| row(true, refs[a][0]));
+                }
+                loss
+            },
+        )
+        .sum()
+}
+
+/// A thread's private buffers for [`sgd_segments`].
+struct Block {
+    dim: usize,
+    /// Ring of input rows (working copy and value when copied in) and the token in each slot.
+    v: Vec<f32>,
+    v0: Vec<f32>,
+    slot_token: Vec<usize>,
+    /// The current group's input slots, target rows, target references and labels, target
+    /// deltas and scores.
+    slots: Vec<usize>,
+    u: Vec<f32>,
+    tref: Vec<(u32, f32)>,
+    du: Vec<f32>,
+    coef: Vec<f32>,
+    tmp: Vec<f32>,
+}
+
+impl Block {
+    fn new(ring: usize, nt: usize, dim: usize) -> Self {
+        Block {
+            dim,
+            v: vec![0.0; ring * dim],
+            v0: vec![0.0; ring * dim],
+            slot_token: vec![usize::MAX; ring],
+            slots: vec![0; ring],
+            u: vec![0.0; nt * dim],
+            tref: vec![(0, 0.0); nt],
+            du: vec![0.0; nt * dim],
+            coef: vec![0.0; ring * nt],
+            tmp: vec![0.0; dim],
+        }
+    }
+
+    /// The ring slot of input token `a`, copying its row in on first use.
+    #[inline]
+    fn input<'r>(&mut self, a: usize, row: impl Fn(usize) -> &'r [AtomicU32]) -> usize {
+        let s = a % self.slot_token.len();
+        if self.slot_token[s] != a {
+            debug_assert_eq!(self.slot_token[s], usize::MAX, "ring slot still in use");
+            let d = self.dim;
+            load(row(a), &mut self.v[s * d..(s + 1) * d]);
+            self.v0[s * d..(s + 1) * d].copy_from_slice(&self.v[s * d..(s + 1) * d]);
+            self.slot_token[s] = a;
+        }
+        s
+    }
+
+    /// Add input token `a`'s change to its shared row and free its slot (if it was copied in).
+    #[inline]
+    fn evict<'r>(&mut self, a: usize, row: impl Fn(usize) -> &'r [AtomicU32]) {
+        let s = a % self.slot_token.len();
+        if self.slot_token[s] != a {
+            return;
+        }
+        let d = self.dim;
+        let (v, v0) = (&self.v[s * d..(s + 1) * d], &self.v0[s * d..(s + 1) * d]);
+        load(row(a), &mut self.tmp);
+        for ((t, x), x0) in self.tmp.iter_mut().zip(v).zip(v0) {
+            *t += x - x0;
+        }
+        store(row(a), &self.tmp);
+        self.slot_token[s] = usize::MAX;
+    }
+
+    /// One block: `m` inputs (ring slots `slots`) against `nt` targets (rows `u`). Updates the
+    /// input rows in the ring and leaves the targets' deltas in `du`. Returns the block's loss
+    /// when `with_loss`.
+    fn update(&mut self, m: usize, nt: usize, lr: f32, with_loss: bool) -> f64 {
+        let d = self.dim;
+        let (v, slots, u) = (&self.v, &self.slots[..m], &self.u[..nt * d]);
+        for (i, &si) in slots.iter().enumerate() {
+            let vi = &v[si * d..(si + 1) * d];
+            let s = &mut self.coef[i * nt..(i + 1) * nt];
+            by_blocks(nt, |t0, n| match n {
+                1 => dots::<1>(vi, &u[t0 * d..], d, &mut s[t0..]),
+                2 => dots::<2>(vi, &u[t0 * d..], d, &mut s[t0..]),
+                3 => dots::<3>(vi, &u[t0 * d..], d, &mut s[t0..]),
+                4 => dots::<4>(vi, &u[t0 * d..], d, &mut s[t0..]),
+                5 => dots::<5>(vi, &u[t0 * d..], d, &mut s[t0..]),
+                _ => dots::<6>(vi, &u[t0 * d..], d, &mut s[t0..]),
+            });
+        }
+        let mut loss = 0f64;
+        for (j, c) in self.coef[..m * nt].iter_mut().enumerate() {
+            let s = c.clamp(-MAX_SCORE, MAX_SCORE);
+            let e = (-s).exp();
+            let label = self.tref[j % nt].1;
+            if with_loss {
+                loss += f64::from(e.ln_1p() + if label > 0.0 { 0.0 } else { s });
+            } else if s.is_nan() {
+                loss = f64::NAN;
+            }
+            *c = (label - 1.0 / (1.0 + e)) * lr;
+        }
+        // Targets' deltas from the inputs before their update, then the inputs' update.
+        let coef = &self.coef[..m * nt];
+        by_blocks(nt, |t0, n| {
+            let du = &mut self.du[t0 * d..];
+            match n {
+                1 => gather::<1>(coef, nt, t0, v, slots, d, du),
+                2 => gather::<2>(coef, nt, t0, v, slots, d, du),
+                3 => gather::<3>(coef, nt, t0, v, slots, d, du),
+                4 => gather::<4>(coef, nt, t0, v, slots, d, du),
+                5 => gather::<5>(coef, nt, t0, v, slots, d, du),
+                _ => gather::<6>(coef, nt, t0, v, slots, d, du),
+            }
+        });
+        for (i, &si) in slots.iter().enumerate() {
+            let vi = &mut self.v[si * d..(si + 1) * d];
+            let g = &coef[i * nt..(i + 1) * nt];
+            by_blocks(nt, |t0, n| match n {
+                1 => combine::<1>(&g[t0..], &u[t0 * d..], d, vi),
+                2 => combine::<2>(&g[t0..], &u[t0 * d..], d, vi),
+                3 => combine::<3>(&g[t0..], &u[t0 * d..], d, vi),
+                4 => combine::<4>(&g[t0..], &u[t0 * d..], d, vi),
+                5 => combine::<5>(&g[t0..], &u[t0 * d..], d, vi),
+                _ => combine::<6>(&g[t0..], &u[t0 * d..], d, vi),
+            });
+        }
+        loss
+    }
+}
+
+/// Vector lanes the block kernels are written for (AVX: 8 x f32).
+const LANES: usize = 8;
+
+/// Call `f(first, count)` for blocks of at most 6 of `n` targets (6 accumulators and the input
+/// fit the 16 vector registers).
+#[inline(always)]
+fn by_blocks(n: usize, mut f: impl FnMut(usize, usize)) {
+    let mut t0 = 0;
+    while t0 < n {
+        let c = (n - t0).min(6);
+        f(t0, c);
+        t0 += c;
+    }
+}
+
+/// `a * b + c`: fused where the build targets FMA, else a multiply and an add (a fused
+/// multiply-add in software would be far slower).
+#[inline(always)]
+fn fmadd(a: f32, b: f32, c: f32) -> f32 {
+    #[cfg(target_feature = "fma")]
+    {
+        a.mul_add(b, c)
+    }
+    #[cfg(not(target_feature = "fma"))]
+    {
+        a * b + c
+    }
+}
+
+/// `s[t] = v . u_t` for the `N` rows `u_t = u[t d..(t + 1) d]`: `v` is read once.
+#[inline(always)]
+fn dots<const N: usize>(v: &[f32], u: &[f32], d: usize, s: &mut [f32]) {
+    let full = d / LANES * LANES;
+    let mut acc = [[0f32; LANES]; N];
+    for c in (0..full).step_by(LANES) {
+        let vc: [f32; LANES] = v[c..c + LANES].try_into().expect("lanes");
+        for (t, a) in acc.iter_mut().enumerate() {
+            let uc: [f32; LANES] = u[t * d + c..t * d + c + LANES].try_into().expect("lanes");
+            for l in 0..LANES {
+                a[l] = fmadd(vc[l], uc[l], a[l]);
+            }
+        }
+    }
+    for (t, a) in acc.iter().enumerate() {
+        let mut x: f32 = a.iter().sum();
+        for c in full..d {
+            x = fmadd(v[c], u[t * d + c], x);
+        }
+        s[t] = x;
+    }
+}
+
+/// `out += sum_t g[t] u_t` over the `N` rows `u_t = u[t d..(t + 1) d]`.
+#[inline(always)]
+fn combine<const N: usize>(g: &[f32], u: &[f32], d: usize, out: &mut [f32]) {
+    let full = d / LANES * LANES;
+    let g: [f32; N] = g[..N].try_into().expect("N coefficients");
+    for c in (0..full).step_by(LANES) {
+        let mut acc: [f32; LANES] = out[c..c + LANES].try_into().expect("lanes");
+        for (t, &gt) in g.iter().enumerate() {
+            let uc: [f32; LANES] = u[t * d + c..t * d + c + LANES].try_into().expect("lanes");
+            for l in 0..LANES {
+                acc[l] = fmadd(gt, uc[l], acc[l]);
+            }
+        }
+        out[c..c + LANES].copy_from_slice(&acc);
+    }
+    for c in full..d {
+        for (t, &gt) in g.iter().enumerate() {
+            out[c] = fmadd(gt, u[t * d + c], out[c]);
+        }
+    }
+}
+
+/// `du_t = sum_i coef[i nt + t0 + t] v_i` for the `N` targets from `t0`, where `v_i` is ring
+/// row `slots[i]` of `v` (rows of `d`); `du_t = du[t d..(t + 1) d]`.
+#[inline(always)]
+fn gather<const N: usize>(
+    coef: &[f32],
+    nt: usize,
+    t0: usize,
+    v: &[f32],
+    slots: &[usize],
+    d: usize,
+    du: &mut [f32],
+) {
+    let full = d / LANES * LANES;
+    for c in (0..full).step_by(LANES) {
+        let mut acc = [[0f32; LANES]; N];
+        for (i, &si) in slots.iter().enumerate() {
+            let vc: [f32; LANES] = v[si * d + c..si * d + c + LANES].try_into().expect("lanes");
+            for (t, a) in acc.iter_mut().enumerate() {
+                let g = coef[i * nt + t0 + t];
+                for l in 0..LANES {
+                    a[l] = fmadd(g, vc[l], a[l]);
+                }
+            }
+        }
+        for (t, a) in acc.iter().enumerate() {
+            du[t * d + c..t * d + c + LANES].copy_from_slice(a);
+        }
+    }
+    for c in full..d {
+        for t in 0..N {
+            du[t * d + c] = slots.iter().enumerate().fold(0.0, |x, (i, &si)| {
+                fmadd(coef[i * nt + t0 + t], v[si * d + c], x)
+            });
+        }
+    }
+}
+
+/// `row += delta` on a shared row (through `tmp`, same length).
+#[inline]
+fn add_to(row: &[AtomicU32], delta: &[f32], tmp: &mut [f32]) {
+    load(row, tmp);
+    axpy(1.0, delta, tmp);
+    store(row, tmp);
+}
+
 /// Hint the CPU to bring `cells` into cache (no effect on values; a no-op off x86-64).
 #[inline]
 fn prefetch(cells: &[AtomicU32]) {
@@ -501,6 +871,158 @@ mod in_place_tests {
         }
         // Training moved the rows.
         assert_ne!(values(&targets), t0);
+    }
+
+    /// A segment block on plain vectors: every input row gets sum_t G u_t and every target row
+    /// sum_i G v_i, both from the values before the block.
+    fn reference_block(
+        rows: &mut [Vec<f32>; 3],
+        inputs: &[(usize, usize)],
+        targets: &[(usize, usize, f32)],
+        dim: usize,
+        lr: f32,
+    ) {
+        let get =
+            |rows: &[Vec<f32>; 3], (m, r): (usize, usize)| rows[m][r * dim..(r + 1) * dim].to_vec();
+        let vs: Vec<Vec<f32>> = inputs.iter().map(|&x| get(rows, x)).collect();
+        let us: Vec<Vec<f32>> = targets.iter().map(|&(m, r, _)| get(rows, (m, r))).collect();
+        let g: Vec<Vec<f32>> = vs
+            .iter()
+            .map(|v| {
+                us.iter()
+                    .zip(targets)
+                    .map(|(u, t)| (t.2 - sigmoid(dot(v, u).clamp(-MAX_SCORE, MAX_SCORE))) * lr)
+                    .collect()
+            })
+            .collect();
+        for (i, &(m, r)) in inputs.iter().enumerate() {
+            for (t, u) in us.iter().enumerate() {
+                axpy(g[i][t], u, &mut rows[m][r * dim..(r + 1) * dim]);
+            }
+        }
+        for (t, &(m, r, _)) in targets.iter().enumerate() {
+            for (i, v) in vs.iter().enumerate() {
+                axpy(g[i][t], v, &mut rows[m][r * dim..(r + 1) * dim]);
+            }
+        }
+    }
+
+    #[test]
+    fn segments_equal_the_block_reference_with_history_and_remote_rows() {
+        use crate::sample::walk::group_inputs;
+        // dim 13: two full vector blocks and a remainder; k = 6: targets in blocks of 6 and 1.
+        let (dim, nrows, k, window, lr) = (13, 40, 6, 3u32, 0.05);
+        let mut rng = crate::sample::rng_for(8, 0, 0);
+        let mut init = |n: usize| -> Vec<f32> {
+            (0..n * dim)
+                .map(|_| rng.random_range(-0.5f32..0.5))
+                .collect()
+        };
+        let (c0, t0, r0) = (init(nrows), init(nrows), init(8));
+        // Three segments; the second is led by 3 history tokens, the last is one token long
+        // (no pairs). Input nodes are distinct within a segment; remote input rows are
+        // REMOTE | 0..4, remote target rows REMOTE | 4..8.
+        let seg_nodes: [&[u32]; 3] = [&[0, 1, 2, 3, 4, 5, 6, 7], &[5, 6, 7, 8, 9, 10, 11], &[3]];
+        let seg_hist = [0u32, 3, 0];
+        let mut refs = Vec::new();
+        let mut wins = Vec::new();
+        let mut segs = Vec::new();
+        for (nodes, &h) in seg_nodes.iter().zip(&seg_hist) {
+            segs.push((refs.len() as u32, h));
+            for &n in nodes.iter() {
+                let input = if n % 5 == 4 { REMOTE | (n % 4) } else { n };
+                let output = if n % 7 == 3 {
+                    REMOTE | (4 + n % 4)
+                } else {
+                    20 + n
+                };
+                refs.push([input, output]);
+                wins.push(1 + rng.random_range(0..window));
+            }
+        }
+        let mut first_group = Vec::new();
+        let mut groups = 0;
+        for (s, &(lo, h)) in segs.iter().enumerate() {
+            first_group.push(groups as u32);
+            let hi = segs.get(s + 1).map_or(refs.len(), |x| x.0 as usize);
+            let n = hi - lo as usize;
+            for b in 0..n {
+                let (l, r) = group_inputs(n, h as usize, b, wins[lo as usize + b]);
+                groups += usize::from(group_size(l, r, b) > 0);
+            }
+        }
+        // Negatives: local or remote target rows, some skipped, some repeated in a group.
+        let negs: Vec<u32> = (0..groups * k)
+            .map(|i| match i % 9 {
+                0 => SKIP,
+                1 => REMOTE | 5,
+                _ => 20 + rng.random_range(0..15),
+            })
+            .collect();
+        let (centers, targets, remote) = (cells(&c0), cells(&t0), cells(&r0));
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let rows = SegmentRows {
+            refs: &refs,
+            wins: &wins,
+            segs: &segs,
+            negs: &negs,
+            first_group: &first_group,
+        };
+        let loss =
+            pool.install(|| sgd_segments(&centers, &targets, &remote, dim, &rows, k, window, lr));
+        assert!(loss.is_finite() && loss > 0.0, "{loss}");
+
+        // Matrices: 0 centers, 1 targets, 2 remote.
+        let mut want = [c0.clone(), t0.clone(), r0.clone()];
+        let at = |r: u32, input: bool| -> (usize, usize) {
+            if r & REMOTE != 0 {
+                (2, (r & !REMOTE) as usize)
+            } else {
+                (if input { 0 } else { 1 }, r as usize)
+            }
+        };
+        let mut g = 0;
+        for (s, &(lo, h)) in segs.iter().enumerate() {
+            let lo = lo as usize;
+            let hi = segs.get(s + 1).map_or(refs.len(), |x| x.0 as usize);
+            let n = hi - lo;
+            for b in 0..n {
+                let (l, r) = group_inputs(n, h as usize, b, wins[lo + b]);
+                if group_size(l, r, b) == 0 {
+                    continue;
+                }
+                let inputs: Vec<(usize, usize)> = (l..r)
+                    .filter(|&a| a != b)
+                    .map(|a| at(refs[lo + a][0], true))
+                    .collect();
+                let mut tl = vec![{
+                    let (m, r) = at(refs[lo + b][1], false);
+                    (m, r, 1.0)
+                }];
+                for &x in &negs[g * k..(g + 1) * k] {
+                    if x != SKIP {
+                        let (m, r) = at(x, false);
+                        tl.push((m, r, 0.0));
+                    }
+                }
+                reference_block(&mut want, &inputs, &tl, dim, lr);
+                g += 1;
+            }
+        }
+        assert_eq!(g, groups);
+        for (got, want, name) in [
+            (values(&centers), &want[0], "centers"),
+            (values(&targets), &want[1], "targets"),
+            (values(&remote), &want[2], "remote"),
+        ] {
+            for (i, (a, b)) in got.iter().zip(want).enumerate() {
+                assert!((a - b).abs() < 1e-5, "{name}[{i}]: {a} vs {b}");
+            }
+        }
+        assert_ne!(values(&centers), c0);
     }
 
     #[test]

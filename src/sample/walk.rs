@@ -4,9 +4,12 @@
 //! owner in one aggregated exchange per superstep.
 //!
 //! Skip-gram pairs follow word2vec exactly, streamed: each kept token draws its reduced window
-//! `w - b`, `b ~ U[0, w)`; a pair (i, j) at distance d is emitted with center j when d <= win(j)
-//! and with center i when d <= win(i). Walkers carry the last `window` kept tokens and their
-//! reduced windows. Frequent nodes are subsampled as word2vec does (`keep` per node).
+//! `w - b`, `b ~ U[0, w)`; a token b is predicted (output row) from every input token a at
+//! distance d <= win(b) on either side. A superstep emits, per walker, a segment: the walker's
+//! history (its last `window` kept tokens, already trained) followed by the tokens it kept here;
+//! a segment's pairs are those with at least one token new (`Segments::pairs`). Walkers carry
+//! the last `window` kept tokens and their reduced windows. Frequent nodes are subsampled as
+//! word2vec does (`keep` per node).
 //!
 //! node2vec uses KnightKing's rejection sampling: propose x from the current node's neighbours,
 //! accept with probability a(t, x) / max(1/p, 1, 1/q). Only when the outcome depends on whether x
@@ -111,6 +114,60 @@ pub struct WalkParams {
     /// steps emit a walk's pairs back to back, as word2vec trains a sentence: the rows of a
     /// window are still in cache for the next token.
     pub local_steps: u32,
+}
+
+/// A superstep's walk output. Per walker that kept tokens on this rank in the superstep, one
+/// segment: its history (its last `window` kept tokens, sent in earlier segments) followed by
+/// the new tokens. Token b of a segment is predicted from the inputs a with
+/// |a - b| <= win(b), a != b, where a or b is new: word2vec's sentence, cut at rank crossings.
+#[derive(Clone, Debug, Default)]
+pub struct Segments {
+    /// (node, reduced window) of every segment's tokens, segment after segment.
+    pub tokens: Vec<(NodeId, u32)>,
+    /// Per segment: (index of its first token in `tokens`, number of history tokens leading it).
+    pub segs: Vec<(u32, u32)>,
+}
+
+impl Segments {
+    pub fn clear(&mut self) {
+        self.tokens.clear();
+        self.segs.clear();
+    }
+
+    /// Segment `s` as (its tokens, number of leading history tokens).
+    pub fn segment(&self, s: usize) -> (&[(NodeId, u32)], usize) {
+        let (lo, h) = self.segs[s];
+        let hi = self
+            .segs
+            .get(s + 1)
+            .map_or(self.tokens.len(), |&(n, _)| n as usize);
+        (&self.tokens[lo as usize..hi], h as usize)
+    }
+
+    /// Every skip-gram pair (input, output) of every segment, grouped by output token.
+    pub fn pairs(&self, out: &mut Vec<(NodeId, NodeId)>) {
+        for s in 0..self.segs.len() {
+            let (t, h) = self.segment(s);
+            for (b, &(nb, wb)) in t.iter().enumerate() {
+                let (lo, hi) = group_inputs(t.len(), h, b, wb);
+                out.extend((lo..hi).filter(|&a| a != b).map(|a| (t[a].0, nb)));
+            }
+        }
+    }
+}
+
+/// The inputs of output token `b` (reduced window `w`) in a segment of `n` tokens led by `h`
+/// history tokens: positions `lo..hi` except `b` itself. A history output only takes new inputs.
+#[inline]
+pub fn group_inputs(n: usize, h: usize, b: usize, w: u32) -> (usize, usize) {
+    let w = w as usize;
+    let lo = b.saturating_sub(w);
+    let hi = (b + w + 1).min(n);
+    if b < h {
+        (lo.max(h), hi.max(h))
+    } else {
+        (lo, hi)
+    }
 }
 
 pub struct WalkEngine {
@@ -220,13 +277,13 @@ impl WalkEngine {
         self.next_start = 0;
     }
 
-    /// One superstep (collective): visit, move, exchange. Pairs (center, context) go to `pairs`.
+    /// One superstep (collective): visit, move, exchange. The walks' segments go to `out`.
     pub fn superstep(
         &mut self,
         comm: &Comm,
         g: &LocalGraph,
         rng: &mut Rng,
-        pairs: &mut Vec<(NodeId, NodeId)>,
+        out_segs: &mut Segments,
     ) -> StepOut {
         let n = g.num_local() as u64;
         while self.walkers.len() < self.params.in_flight && self.next_start < self.total_starts {
@@ -248,13 +305,14 @@ impl WalkEngine {
         let walkers = std::mem::take(&mut self.walkers);
         for mut w in walkers {
             let mut budget = self.params.local_steps.max(1);
+            let mut open = false;
             loop {
                 let local = g.part.local_index(w.cur);
                 if !w.visited {
                     if let Some(t) = &mut self.trace {
                         t.push((w.id, w.step, w.cur));
                     }
-                    self.visit(&mut w, local, rng, pairs);
+                    self.visit(&mut w, local, rng, &mut open, out_segs);
                     out.tokens += 1;
                 }
                 if w.step >= self.params.walk_length || g.degree(local) == 0 {
@@ -302,23 +360,29 @@ impl WalkEngine {
         out
     }
 
-    fn visit(&self, w: &mut Walker, local: usize, rng: &mut Rng, pairs: &mut Vec<(u64, u64)>) {
+    /// Visit `w.cur`: unless subsampled away, append it (after the walker's history, when it
+    /// opens the walker's segment of this superstep) to `out`.
+    fn visit(
+        &self,
+        w: &mut Walker,
+        local: usize,
+        rng: &mut Rng,
+        open: &mut bool,
+        out: &mut Segments,
+    ) {
         w.visited = true;
         let keep = self.keep[local];
         if keep < 1.0 && rng.random::<f32>() >= keep {
             return;
         }
         let win = self.params.window - rng.random_range(0..self.params.window);
-        let k = w.hist.len();
-        for (i, &(node, wi)) in w.hist.iter().enumerate() {
-            let d = (k - i) as u32;
-            if d <= win {
-                pairs.push((w.cur, node));
-            }
-            if d <= wi {
-                pairs.push((node, w.cur));
-            }
+        if !*open {
+            *open = true;
+            out.segs
+                .push((out.tokens.len() as u32, w.hist.len() as u32));
+            out.tokens.extend_from_slice(&w.hist);
         }
+        out.tokens.push((w.cur, win));
         if w.hist.len() == self.params.window as usize {
             w.hist.remove(0);
         }
@@ -449,9 +513,9 @@ mod tests {
             let mut rng = rng_for(seed, c.rank(), 3);
             let mut e = WalkEngine::new(&c, &g, params.clone(), 0.0, &mut rng);
             e.trace = Some(Vec::new());
-            let mut pairs = Vec::new();
+            let mut segs = Segments::default();
             loop {
-                e.superstep(&c, &g, &mut rng, &mut pairs);
+                e.superstep(&c, &g, &mut rng, &mut segs);
                 if c.sum_u64(e.pending()) == 0 {
                     break;
                 }
@@ -469,6 +533,48 @@ mod tests {
                 v.into_iter().map(|(_, node)| node).collect()
             })
             .collect()
+    }
+
+    /// word2vec's pairs of a whole sentence: (input a, output b) for |a - b| <= win(b), a != b.
+    fn sentence_pairs(t: &[(u64, u32)]) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        for (b, &(nb, w)) in t.iter().enumerate() {
+            for (a, &(na, _)) in t.iter().enumerate() {
+                if a != b && a.abs_diff(b) <= w as usize {
+                    out.push((na, nb));
+                }
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
+    proptest! {
+        /// A sentence cut into segments anywhere (each led by the last `window` tokens before
+        /// it) yields exactly the whole sentence's pairs, each once.
+        #[test]
+        fn segments_cut_anywhere_yield_the_sentence_pairs(
+            window in 1u32..6,
+            raw in prop::collection::vec((0u64..7, 0u32..6), 1..40),
+            cuts in prop::collection::vec(0usize..40, 0..6),
+        ) {
+            let t: Vec<(u64, u32)> = raw.iter().map(|&(n, b)| (n, window - b % window)).collect();
+            let mut cuts: Vec<usize> = cuts.into_iter().filter(|&c| c > 0 && c < t.len()).collect();
+            cuts.push(0);
+            cuts.push(t.len());
+            cuts.sort_unstable();
+            cuts.dedup();
+            let mut segs = Segments::default();
+            for c in cuts.windows(2) {
+                let h = c[0].min(window as usize);
+                segs.segs.push((segs.tokens.len() as u32, h as u32));
+                segs.tokens.extend_from_slice(&t[c[0] - h..c[1]]);
+            }
+            let mut got = Vec::new();
+            segs.pairs(&mut got);
+            got.sort_unstable();
+            prop_assert_eq!(got, sentence_pairs(&t));
+        }
     }
 
     fn edge_set(edges: &[Edge]) -> HashSet<(u64, u64)> {

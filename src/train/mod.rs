@@ -17,13 +17,13 @@ use rustc_hash::FxHashMap;
 
 use crate::checkpoint::{self, Cursor, Restored, Snapshot, Writing};
 use crate::comm::{Comm, ReduceOp};
-use crate::config::{Every, FaultKind, Model, OnNan, TrainConfig, Update};
+use crate::config::{Every, FaultKind, Kernel, Model, OnNan, TrainConfig, Update};
 use crate::error::{Error, Result};
 use crate::graph::{csr, LocalGraph, NodeId};
 use crate::model::sgns;
 use crate::sample::edges::EdgeSampler;
 use crate::sample::negatives::NegativePool;
-use crate::sample::walk::{WalkEngine, WalkParams};
+use crate::sample::walk::{Segments, WalkEngine, WalkParams};
 use crate::sample::{rng_for, Rng};
 use crate::spmd::{agree, fatal};
 use crate::stats::{human_bytes, peak_rss_bytes, RankMetrics, Timer};
@@ -452,7 +452,9 @@ impl<'a> Trainer<'a> {
             let salt = c.step.wrapping_mul(0x2545_F491_4F6C_DD1D);
             wrng = rng_for(cfg.seed ^ salt, self.comm.rank(), 3);
         }
+        let mut segs = Segments::default();
         let mut pairs = Vec::new();
+        let by_token = self.shared.is_some() && cfg.kernel == Kernel::Token;
         let mut progress = Progress::new(self.comm.rank() == 0);
         for epoch in first_epoch..cfg.epochs {
             if epoch > first_epoch || self.m.resumed_from.is_none() {
@@ -460,8 +462,12 @@ impl<'a> Trainer<'a> {
             }
             loop {
                 let t = Timer::start();
+                segs.clear();
                 pairs.clear();
-                let out = engine.superstep(self.comm, self.g, &mut wrng, &mut pairs);
+                let out = engine.superstep(self.comm, self.g, &mut wrng, &mut segs);
+                if !by_token {
+                    segs.pairs(&mut pairs);
+                }
                 let global = self
                     .comm
                     .all_reduce_u64(&[engine.pending(), out.tokens], ReduceOp::Sum);
@@ -469,7 +475,11 @@ impl<'a> Trainer<'a> {
                 self.m.tokens += out.tokens;
                 done += global[1] as f64;
                 let lr = self.lr_at(done / total);
-                self.train_step(&pairs, lr);
+                if by_token {
+                    self.train(Work::Segments(&segs), lr);
+                } else {
+                    self.train_step(&pairs, lr);
+                }
                 progress.tick(done / total, &self.m, lr);
                 if global[0] == 0 {
                     break;
@@ -540,6 +550,11 @@ impl<'a> Trainer<'a> {
 
     /// One collective step over this rank's `pairs` (center, context).
     pub fn train_step(&mut self, pairs: &[(NodeId, NodeId)], lr: f32) {
+        self.train(Work::Pairs(pairs), lr);
+    }
+
+    /// One collective step over this rank's pairs or walk segments (segments need hogwild).
+    fn train(&mut self, work: Work, lr: f32) {
         let cfg = self.cfg;
         let (comm, g, dim, k) = (self.comm, self.g, cfg.dim, cfg.negatives as usize);
         if self.step % NEG_REFRESH == 0 || self.refresh_now {
@@ -552,9 +567,12 @@ impl<'a> Trainer<'a> {
         crate::spmd::STEP.store(self.step, std::sync::atomic::Ordering::Relaxed);
         self.maybe_fail();
         if self.shared.is_some() {
-            self.hogwild_step(pairs, lr);
+            self.hogwild_step(work, lr);
             return;
         }
+        let Work::Pairs(pairs) = work else {
+            unreachable!("walk segments are trained by hogwild only")
+        };
 
         // Plan: unique rows of the batch, keyed (node, matrix).
         let t = Timer::start();
@@ -672,9 +690,9 @@ impl<'a> Trainer<'a> {
     /// `--update hogwild`: plan the batch (only remote rows get slots), finish the previous
     /// batch, fetch the remote rows, and launch this batch's in-place updates on the pool. The
     /// caller samples the next batch while they run.
-    fn hogwild_step(&mut self, pairs: &[(NodeId, NodeId)], lr: f32) {
+    fn hogwild_step(&mut self, work: Work, lr: f32) {
         let (comm, g, cfg) = (self.comm, self.g, self.cfg);
-        let (dim, k) = (cfg.dim, cfg.negatives as usize);
+        let (dim, k, window) = (cfg.dim, cfg.negatives as usize, cfg.window);
         let t = Timer::start();
         let tm = self.target_matrix as u64;
         let me = comm.rank();
@@ -694,20 +712,26 @@ impl<'a> Trainer<'a> {
                     })
             }
         };
-        let (pidx, nidx) = plan(
-            pairs,
-            k,
-            cfg.shared_negatives,
-            tm,
-            &self.neg,
-            &mut self.rng,
-            &mut refer,
-        );
+        let planned = match work {
+            Work::Pairs(pairs) => {
+                let (pidx, nidx) = plan(
+                    pairs,
+                    k,
+                    cfg.shared_negatives,
+                    tm,
+                    &self.neg,
+                    &mut self.rng,
+                    &mut refer,
+                );
+                Planned::Pairs { pidx, nidx }
+            }
+            Work::Segments(segs) => {
+                plan_segments(segs, k, tm, &self.neg, &mut self.rng, &mut refer)
+            }
+        };
         // Rows read in place: every local reference (a row may be read by several pairs).
-        self.m.local_rows += pidx
-            .iter()
-            .flatten()
-            .chain(&nidx)
+        self.m.local_rows += planned
+            .references()
             .filter(|&&r| r & sgns::REMOTE == 0)
             .count() as u64;
         self.m.seconds.sample += t.secs();
@@ -747,7 +771,7 @@ impl<'a> Trainer<'a> {
             .expect("hogwild_step needs shared rows");
         let (centers, targets) = (shared[VERTEX], shared[self.target_matrix]);
         let (tx, rx) = std::sync::mpsc::channel();
-        let npairs = pidx.len();
+        let npairs = planned.pairs();
         self.pool.spawn(move || {
             use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
             let t = Timer::start();
@@ -755,7 +779,28 @@ impl<'a> Trainer<'a> {
             // SAFETY: the trainer keeps its shards alive and takes no `&mut` access to their
             // windows until it has received this task's result (`finish`, `drain`, `Drop`).
             let (c, tg) = unsafe { (centers.cells(), targets.cells()) };
-            let loss = sgns::sgd_in_place(c, tg, &cells, dim, &pidx, &nidx, k, lr);
+            let loss = match &planned {
+                Planned::Pairs { pidx, nidx } => {
+                    sgns::sgd_in_place(c, tg, &cells, dim, pidx, nidx, k, lr)
+                }
+                Planned::Segments {
+                    refs,
+                    wins,
+                    segs,
+                    negs,
+                    first_group,
+                    ..
+                } => {
+                    let rows = sgns::SegmentRows {
+                        refs,
+                        wins,
+                        segs,
+                        negs,
+                        first_group,
+                    };
+                    sgns::sgd_segments(c, tg, &cells, dim, &rows, k, window, lr)
+                }
+            };
             let deltas: Vec<f32> = cells
                 .iter()
                 .zip(&rows)
@@ -939,6 +984,108 @@ impl<'a> Trainer<'a> {
         }
         self.m.seconds.apply += t.secs();
         self.m.steps += 1;
+    }
+}
+
+/// What a hogwild step trains: pairs (LINE, or walks with `--kernel pair`), or walk segments
+/// trained token by token (`sgns::sgd_segments`).
+enum Work<'a> {
+    Pairs(&'a [(NodeId, NodeId)]),
+    Segments(&'a Segments),
+}
+
+/// A hogwild step's row references (see `plan` and `plan_segments`).
+enum Planned {
+    Pairs {
+        pidx: Vec<[u32; 2]>,
+        nidx: Vec<u32>,
+    },
+    Segments {
+        refs: Vec<[u32; 2]>,
+        wins: Vec<u32>,
+        segs: Vec<(u32, u32)>,
+        negs: Vec<u32>,
+        first_group: Vec<u32>,
+        pairs: usize,
+    },
+}
+
+impl Planned {
+    fn references(&self) -> impl Iterator<Item = &u32> {
+        let (a, b) = match self {
+            Planned::Pairs { pidx, nidx } => (pidx, nidx),
+            Planned::Segments { refs, negs, .. } => (refs, negs),
+        };
+        a.iter().flatten().chain(b)
+    }
+
+    fn pairs(&self) -> usize {
+        match self {
+            Planned::Pairs { pidx, .. } => pidx.len(),
+            Planned::Segments { pairs, .. } => *pairs,
+        }
+    }
+}
+
+/// Row references of walk segments for `sgns::sgd_segments`: per token its input (matrix 0)
+/// and output (matrix `tm`) rows, and `k` negatives from `neg` per group (output token with at
+/// least one input); a negative equal to its group's output node is `sgns::SKIP`.
+fn plan_segments(
+    segs: &Segments,
+    k: usize,
+    tm: u64,
+    neg: &NegativePool,
+    rng: &mut Rng,
+    refer: &mut impl FnMut(u64) -> u32,
+) -> Planned {
+    let mut first_group = Vec::with_capacity(segs.segs.len());
+    let mut outputs = Vec::new();
+    let mut pairs = 0;
+    for s in 0..segs.segs.len() {
+        first_group.push(outputs.len() as u32);
+        let (t, h) = segs.segment(s);
+        for (b, &(node, w)) in t.iter().enumerate() {
+            let (lo, hi) = crate::sample::walk::group_inputs(t.len(), h, b, w);
+            let m = sgns::group_size(lo, hi, b);
+            if m > 0 {
+                outputs.push(node);
+                pairs += m;
+            }
+        }
+    }
+    let mut drawn = vec![0u64; outputs.len() * k];
+    if neg.is_empty() {
+        drawn.clear();
+    } else {
+        neg.fill(rng, &mut drawn);
+    }
+    let negs = if drawn.is_empty() {
+        vec![sgns::SKIP; outputs.len() * k]
+    } else {
+        drawn
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                if n == outputs[i / k.max(1)] {
+                    sgns::SKIP
+                } else {
+                    refer((n << 1) | tm)
+                }
+            })
+            .collect()
+    };
+    let refs = segs
+        .tokens
+        .iter()
+        .map(|&(node, _)| [refer(node << 1), refer((node << 1) | tm)])
+        .collect();
+    Planned::Segments {
+        refs,
+        wins: segs.tokens.iter().map(|&(_, w)| w).collect(),
+        segs: segs.segs.clone(),
+        negs,
+        first_group,
+        pairs,
     }
 }
 
