@@ -1,7 +1,7 @@
 //! Criterion benchmarks of the hot kernels, with throughput in elements so that results read as
 //! pairs/s, rows/s or draws/s. Roofline: a skip-gram pair with K negatives at d = 128 does
 //! ~(1 + K) * 3 * 2 * d flops on (2 + K) rows of d * 4 bytes. Run: `cargo bench --bench kernels`.
-//! Groups: skip-gram (batched and hogwild), LINE first order, walk epochs (DeepWalk and node2vec),
+//! Groups: skip-gram (batched, hogwild pairs, hogwild token blocks), LINE first order, walk epochs (DeepWalk and node2vec),
 //! row gather and scatter-add, row codecs (f32/f16/bf16), alias draws.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -72,6 +72,71 @@ fn skipgram_in_place(c: &mut Criterion) {
         g.throughput(Throughput::Elements(pairs_n as u64));
         g.bench_with_input(BenchmarkId::new("hogwild", rows), &rows, |b, _| {
             b.iter(|| sgns::sgd_in_place(&centers, &targets, &[], dim, &pairs, &negs, k, 1e-4))
+        });
+    }
+    g.finish();
+}
+
+/// The token-blocked kernel (`--kernel token`, `sgns::sgd_segments`) against the pair kernel on
+/// the same walks: 64 walks of 80 uniform random tokens over `rows` rows, window 10 with
+/// word2vec's reduced windows, 5 negatives (per token for the blocks, per pair for the pairs).
+/// Throughput is in pairs, so the two rows compare directly.
+fn skipgram_segments(c: &mut Criterion) {
+    use graphscale::sample::walk::{group_inputs, Segments};
+    use std::sync::atomic::AtomicU32;
+    let (dim, k, window, walks, len) = (128, 5, 10u32, 64, 80);
+    let mut g = c.benchmark_group("skipgram_segments");
+    g.sample_size(20);
+    for rows in [200usize, 10_312, 1_000_000] {
+        let mut rng = rng_for(3, 0, 0);
+        let cells = |rng: &mut graphscale::sample::Rng| -> Vec<AtomicU32> {
+            (0..rows * dim)
+                .map(|_| AtomicU32::new(rng.random_range(-0.1f32..0.1).to_bits()))
+                .collect()
+        };
+        let (centers, targets) = (cells(&mut rng), cells(&mut rng));
+        let r = rows as u32;
+        let mut segs = Segments::default();
+        for _ in 0..walks {
+            segs.segs.push((segs.tokens.len() as u32, 0));
+            for _ in 0..len {
+                let w = window - rng.random_range(0..window);
+                segs.tokens.push((u64::from(rng.random_range(0..r)), w));
+            }
+        }
+        let refs: Vec<[u32; 2]> = segs.tokens.iter().map(|&(n, _)| [n as u32; 2]).collect();
+        let wins: Vec<u32> = segs.tokens.iter().map(|&(_, w)| w).collect();
+        let (mut first_group, mut groups, mut npairs) = (Vec::new(), 0, 0);
+        for s in 0..segs.segs.len() {
+            first_group.push(groups as u32);
+            let (t, h) = segs.segment(s);
+            for (b, &(_, w)) in t.iter().enumerate() {
+                let (lo, hi) = group_inputs(t.len(), h, b, w);
+                let m = sgns::group_size(lo, hi, b);
+                groups += usize::from(m > 0);
+                npairs += m;
+            }
+        }
+        let negs: Vec<u32> = (0..groups * k).map(|_| rng.random_range(0..r)).collect();
+        let rows_ref = sgns::SegmentRows {
+            refs: &refs,
+            wins: &wins,
+            segs: &segs.segs,
+            negs: &negs,
+            first_group: &first_group,
+        };
+        let mut pairs = Vec::new();
+        segs.pairs(&mut pairs);
+        let pidx: Vec<[u32; 2]> = pairs.iter().map(|&(a, b)| [a as u32, b as u32]).collect();
+        let pnegs: Vec<u32> = (0..pidx.len() * k)
+            .map(|_| rng.random_range(0..r))
+            .collect();
+        g.throughput(Throughput::Elements(npairs as u64));
+        g.bench_with_input(BenchmarkId::new("token_blocks", rows), &rows, |b, _| {
+            b.iter(|| sgns::sgd_segments(&centers, &targets, &[], dim, &rows_ref, k, window, 1e-4))
+        });
+        g.bench_with_input(BenchmarkId::new("pairs", rows), &rows, |b, _| {
+            b.iter(|| sgns::sgd_in_place(&centers, &targets, &[], dim, &pidx, &pnegs, k, 1e-4))
         });
     }
     g.finish();
@@ -235,6 +300,7 @@ criterion_group!(
     benches,
     skipgram,
     skipgram_in_place,
+    skipgram_segments,
     line_in_place,
     walks_and_rows,
     rows_codec,

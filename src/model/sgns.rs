@@ -166,6 +166,10 @@ pub fn group_size(lo: usize, hi: usize, b: usize) -> usize {
     (hi - lo) - usize::from((lo..hi).contains(&b))
 }
 
+/// [`sgd_segments`] computes the loss of one group (output token) in this many: a logarithm per
+/// score in every eighth group still cost 5% of the kernel.
+pub const LOSS_SAMPLE_GROUPS: usize = 32;
+
 /// Token-blocked HOGWILD skip-gram (Ji et al.'s pWord2Vec, BlazingText): each output token b of
 /// a segment, its inputs (the tokens of b's window, rows of `centers`) and its targets (b's row
 /// of `targets` and `k` negatives shared by the group) form one dense block: scores
@@ -173,7 +177,7 @@ pub fn group_size(lo: usize, hi: usize, b: usize) -> usize {
 /// U += G^T V, both from the values before the block. An input row is copied once while it is
 /// inside some window (a ring of 2 `window` + 1 rows) and goes back as a delta when it leaves;
 /// target rows go back as deltas after each block. Segments run in parallel on the current
-/// rayon pool. Returns the summed loss, estimated from every `LOSS_SAMPLE`-th group; NaN if any
+/// rayon pool. Returns the summed loss, estimated from every `LOSS_SAMPLE_GROUPS`-th group; NaN if any
 /// score is NaN.
 #[allow(clippy::too_many_arguments)]
 pub fn sgd_segments(
@@ -209,9 +213,13 @@ pub fn sgd_segments(
     } = *rows;
     (0..segs.len())
         .into_par_iter()
-        .map_init(
-            || Block::new(ring, nt, dim),
-            |blk, s| {
+        .map(|s| {
+            BLOCK.with_borrow_mut(|slot| {
+                // A thread's buffers live across calls (allocating them per call cost a tenth).
+                let blk = match slot {
+                    Some(b) if b.fits(ring, nt, dim) => b,
+                    _ => slot.insert(Block::new(ring, nt, dim)),
+                };
                 let lo = segs[s].0 as usize;
                 let hi = segs.get(s + 1).map_or(refs.len(), |&(n, _)| n as usize);
                 let h = segs[s].1 as usize;
@@ -258,21 +266,27 @@ pub fn sgd_segments(
                         mi += 1;
                     }
                     // Unsampled groups return 0 (or NaN): only sampled ones are scaled.
-                    let sampled = g % LOSS_SAMPLE == 0;
-                    let l = blk.update(mi, tl, lr, sampled);
-                    loss += if sampled { l * LOSS_SAMPLE as f64 } else { l };
-                    for (t, &(r, _)) in blk.tref[..tl].iter().enumerate() {
-                        add_to(row(false, r), &blk.du[t * dim..(t + 1) * dim], &mut blk.tmp);
-                    }
+                    let sampled = g % LOSS_SAMPLE_GROUPS == 0;
+                    let l = blk.update(mi, tl, lr, sampled, |r| row(false, r));
+                    loss += if sampled {
+                        l * LOSS_SAMPLE_GROUPS as f64
+                    } else {
+                        l
+                    };
                     g += 1;
                 }
                 for a in n.saturating_sub(window as usize + 1)..n {
                     blk.evict(a, |a| row(true, refs[a][0]));
                 }
                 loss
-            },
-        )
+            })
+        })
         .sum()
+}
+
+thread_local! {
+    /// Each pool thread's [`Block`] for [`sgd_segments`].
+    static BLOCK: std::cell::RefCell<Option<Block>> = const { std::cell::RefCell::new(None) };
 }
 
 /// A thread's private buffers for [`sgd_segments`].
@@ -282,17 +296,20 @@ struct Block {
     v: Vec<f32>,
     v0: Vec<f32>,
     slot_token: Vec<usize>,
-    /// The current group's input slots, target rows, target references and labels, target
-    /// deltas and scores.
+    /// The current group's input slots, target rows, target references and labels, and
+    /// scores (then coefficients); a row of scratch.
     slots: Vec<usize>,
     u: Vec<f32>,
     tref: Vec<(u32, f32)>,
-    du: Vec<f32>,
     coef: Vec<f32>,
     tmp: Vec<f32>,
 }
 
 impl Block {
+    fn fits(&self, ring: usize, nt: usize, dim: usize) -> bool {
+        self.dim == dim && self.slot_token.len() == ring && self.tref.len() == nt
+    }
+
     fn new(ring: usize, nt: usize, dim: usize) -> Self {
         Block {
             dim,
@@ -302,9 +319,8 @@ impl Block {
             slots: vec![0; ring],
             u: vec![0.0; nt * dim],
             tref: vec![(0, 0.0); nt],
-            du: vec![0.0; nt * dim],
             coef: vec![0.0; ring * nt],
-            tmp: vec![0.0; dim],
+            tmp: vec![0.0; 2 * dim],
         }
     }
 
@@ -331,86 +347,264 @@ impl Block {
         }
         let d = self.dim;
         let (v, v0) = (&self.v[s * d..(s + 1) * d], &self.v0[s * d..(s + 1) * d]);
-        load(row(a), &mut self.tmp);
-        for ((t, x), x0) in self.tmp.iter_mut().zip(v).zip(v0) {
+        let tmp = &mut self.tmp[..d];
+        load(row(a), tmp);
+        for ((t, x), x0) in tmp.iter_mut().zip(v).zip(v0) {
             *t += x - x0;
         }
-        store(row(a), &self.tmp);
+        store(row(a), tmp);
         self.slot_token[s] = usize::MAX;
     }
 
-    /// One block: `m` inputs (ring slots `slots`) against `nt` targets (rows `u`). Updates the
-    /// input rows in the ring and leaves the targets' deltas in `du`. Returns the block's loss
-    /// when `with_loss`.
-    fn update(&mut self, m: usize, nt: usize, lr: f32, with_loss: bool) -> f64 {
+    /// One block: `m` inputs (ring slots `slots`) against `nt` targets (rows `u`, references
+    /// `tref`). Adds the targets' changes to their shared rows (`target`) and updates the input
+    /// rows in the ring. Returns the block's loss when `with_loss`.
+    fn update<'r>(
+        &mut self,
+        m: usize,
+        nt: usize,
+        lr: f32,
+        with_loss: bool,
+        target: impl Fn(u32) -> &'r [AtomicU32],
+    ) -> f64 {
         let d = self.dim;
         let (v, slots, u) = (&self.v, &self.slots[..m], &self.u[..nt * d]);
-        for (i, &si) in slots.iter().enumerate() {
-            let vi = &v[si * d..(si + 1) * d];
-            let s = &mut self.coef[i * nt..(i + 1) * nt];
-            by_blocks(nt, |t0, n| match n {
-                1 => dots::<1>(vi, &u[t0 * d..], d, &mut s[t0..]),
-                2 => dots::<2>(vi, &u[t0 * d..], d, &mut s[t0..]),
-                3 => dots::<3>(vi, &u[t0 * d..], d, &mut s[t0..]),
-                4 => dots::<4>(vi, &u[t0 * d..], d, &mut s[t0..]),
-                5 => dots::<5>(vi, &u[t0 * d..], d, &mut s[t0..]),
-                _ => dots::<6>(vi, &u[t0 * d..], d, &mut s[t0..]),
-            });
+        let vrow = |i: usize| &v[slots[i] * d..][..d];
+        // Two inputs at a time: each target row read from L1 once for both.
+        for (p, s) in self.coef[..m * nt].chunks_mut(2 * nt).enumerate() {
+            if s.len() == 2 * nt {
+                let (s0, s1) = s.split_at_mut(nt);
+                dots2_dyn(vrow(2 * p), vrow(2 * p + 1), u, s0, s1);
+            } else {
+                dots_dyn(vrow(2 * p), u, s);
+            }
         }
+        let scores = &mut self.coef[..m * nt];
         let mut loss = 0f64;
-        for (j, c) in self.coef[..m * nt].iter_mut().enumerate() {
-            let s = c.clamp(-MAX_SCORE, MAX_SCORE);
-            let e = (-s).exp();
-            let label = self.tref[j % nt].1;
-            if with_loss {
-                loss += f64::from(e.ln_1p() + if label > 0.0 { 0.0 } else { s });
-            } else if s.is_nan() {
-                loss = f64::NAN;
+        if with_loss {
+            for (j, &s) in scores.iter().enumerate() {
+                let s = s.clamp(-MAX_SCORE, MAX_SCORE);
+                // -ln sigmoid(s) for the row of b (label 1), -ln sigmoid(-s) for negatives.
+                loss += f64::from((-s).exp().ln_1p() + if j % nt == 0 { 0.0 } else { s });
             }
-            *c = (label - 1.0 / (1.0 + e)) * lr;
+        } else if scores.iter().sum::<f32>().is_nan() {
+            loss = f64::NAN;
         }
-        // Targets' deltas from the inputs before their update, then the inputs' update.
+        // G = (label - sigmoid(S)) lr; target 0 (b's own row) has label 1.
+        for c in scores.iter_mut() {
+            *c = -lr * sigmoid_fast(c.clamp(-MAX_SCORE, MAX_SCORE));
+        }
+        for row in scores.chunks_exact_mut(nt) {
+            row[0] += lr;
+        }
         let coef = &self.coef[..m * nt];
-        by_blocks(nt, |t0, n| {
-            let du = &mut self.du[t0 * d..];
-            match n {
-                1 => gather::<1>(coef, nt, t0, v, slots, d, du),
-                2 => gather::<2>(coef, nt, t0, v, slots, d, du),
-                3 => gather::<3>(coef, nt, t0, v, slots, d, du),
-                4 => gather::<4>(coef, nt, t0, v, slots, d, du),
-                5 => gather::<5>(coef, nt, t0, v, slots, d, du),
-                _ => gather::<6>(coef, nt, t0, v, slots, d, du),
+        // Targets first, from the inputs before their update: row_t += sum_i G[i, t] v_i, on
+        // the shared row as it is now (a target may repeat within the block).
+        // Two targets at a time, unless they are the same row (the second must see the first).
+        let (mut g0, mut g1) = ([0f32; 6], [0f32; 6]);
+        let tref = &self.tref[..nt];
+        let (tmp0, tmp1) = self.tmp.split_at_mut(d);
+        let mut t = 0;
+        while t < nt {
+            let two = t + 1 < nt && tref[t].0 != tref[t + 1].0;
+            let (s0, s1) = (target(tref[t].0), two.then(|| target(tref[t + 1].0)));
+            load(s0, tmp0);
+            if let Some(s1) = s1 {
+                load(s1, tmp1);
             }
-        });
-        for (i, &si) in slots.iter().enumerate() {
-            let vi = &mut self.v[si * d..(si + 1) * d];
+            for b0 in (0..m).step_by(6) {
+                let n = (m - b0).min(6);
+                let rows = |j: usize| vrow(b0 + j.min(n - 1));
+                for j in 0..n {
+                    g0[j] = coef[(b0 + j) * nt + t];
+                    if two {
+                        g1[j] = coef[(b0 + j) * nt + t + 1];
+                    }
+                }
+                if two {
+                    combine2_dyn(&g0[..n], &g1[..n], rows, tmp0, tmp1);
+                } else {
+                    combine_dyn(&g0[..n], rows, tmp0);
+                }
+            }
+            store(s0, tmp0);
+            if let Some(s1) = s1 {
+                store(s1, tmp1);
+            }
+            t += if two { 2 } else { 1 };
+        }
+        // Then the inputs, two at a time: v_i += sum_t G[i, t] u_t.
+        let urow = |j: usize| &u[j * d..][..d];
+        for i in (0..m).step_by(2) {
             let g = &coef[i * nt..(i + 1) * nt];
-            by_blocks(nt, |t0, n| match n {
-                1 => combine::<1>(&g[t0..], &u[t0 * d..], d, vi),
-                2 => combine::<2>(&g[t0..], &u[t0 * d..], d, vi),
-                3 => combine::<3>(&g[t0..], &u[t0 * d..], d, vi),
-                4 => combine::<4>(&g[t0..], &u[t0 * d..], d, vi),
-                5 => combine::<5>(&g[t0..], &u[t0 * d..], d, vi),
-                _ => combine::<6>(&g[t0..], &u[t0 * d..], d, vi),
-            });
+            if i + 1 < m {
+                let h = &coef[(i + 1) * nt..(i + 2) * nt];
+                let (vi, vj) = two_rows_mut(&mut self.v, slots[i], slots[i + 1], d);
+                for b0 in (0..nt).step_by(6) {
+                    let n = (nt - b0).min(6);
+                    let rows = |j: usize| urow(b0 + j);
+                    combine2_dyn(&g[b0..b0 + n], &h[b0..b0 + n], rows, vi, vj);
+                }
+            } else {
+                let vi = &mut self.v[slots[i] * d..][..d];
+                for b0 in (0..nt).step_by(6) {
+                    let n = (nt - b0).min(6);
+                    combine_dyn(&g[b0..b0 + n], |j| urow(b0 + j), vi);
+                }
+            }
         }
         loss
     }
 }
 
-/// Vector lanes the block kernels are written for (AVX: 8 x f32).
-const LANES: usize = 8;
-
-/// Call `f(first, count)` for blocks of at most 6 of `n` targets (6 accumulators and the input
-/// fit the 16 vector registers).
+/// `s[t] = v . u_t` for the rows `u_t` of `u` (rows of `v.len()`), in blocks of up to 6 rows
+/// so that `v` is read once per block.
 #[inline(always)]
-fn by_blocks(n: usize, mut f: impl FnMut(usize, usize)) {
-    let mut t0 = 0;
-    while t0 < n {
-        let c = (n - t0).min(6);
-        f(t0, c);
-        t0 += c;
+fn dots_dyn(v: &[f32], u: &[f32], s: &mut [f32]) {
+    let d = v.len();
+    for b0 in (0..s.len()).step_by(6) {
+        let n = (s.len() - b0).min(6);
+        let u = &u[b0 * d..];
+        let s = &mut s[b0..b0 + n];
+        match n {
+            1 => dots::<1>(v, std::array::from_fn(|t| &u[t * d..][..d]), s),
+            2 => dots::<2>(v, std::array::from_fn(|t| &u[t * d..][..d]), s),
+            3 => dots::<3>(v, std::array::from_fn(|t| &u[t * d..][..d]), s),
+            4 => dots::<4>(v, std::array::from_fn(|t| &u[t * d..][..d]), s),
+            5 => dots::<5>(v, std::array::from_fn(|t| &u[t * d..][..d]), s),
+            _ => dots::<6>(v, std::array::from_fn(|t| &u[t * d..][..d]), s),
+        }
     }
+}
+
+/// Rows `a` and `b` (distinct) of `v` (rows of `d`), both mutable.
+fn two_rows_mut(v: &mut [f32], a: usize, b: usize, d: usize) -> (&mut [f32], &mut [f32]) {
+    assert_ne!(a, b, "two distinct ring slots");
+    if a < b {
+        let (x, y) = v.split_at_mut(b * d);
+        (&mut x[a * d..][..d], &mut y[..d])
+    } else {
+        let (x, y) = v.split_at_mut(a * d);
+        (&mut y[..d], &mut x[b * d..][..d])
+    }
+}
+
+/// [`dots_dyn`] for two inputs at once: `s0[t] = v0 . u_t`, `s1[t] = v1 . u_t`.
+#[inline(always)]
+fn dots2_dyn(v0: &[f32], v1: &[f32], u: &[f32], s0: &mut [f32], s1: &mut [f32]) {
+    let d = v0.len();
+    for b0 in (0..s0.len()).step_by(6) {
+        let n = (s0.len() - b0).min(6);
+        let u = &u[b0 * d..];
+        let (s0, s1) = (&mut s0[b0..b0 + n], &mut s1[b0..b0 + n]);
+        macro_rules! go {
+            ($n:literal) => {
+                dots2::<$n>(v0, v1, std::array::from_fn(|t| &u[t * d..][..d]), s0, s1)
+            };
+        }
+        match n {
+            1 => go!(1),
+            2 => go!(2),
+            3 => go!(3),
+            4 => go!(4),
+            5 => go!(5),
+            _ => go!(6),
+        }
+    }
+}
+
+/// [`combine_dyn`] into two outputs: `out0 += sum_j g0[j] rows(j)`, `out1 += sum_j g1[j]
+/// rows(j)`.
+#[inline(always)]
+fn combine2_dyn<'a>(
+    g0: &[f32],
+    g1: &[f32],
+    rows: impl Fn(usize) -> &'a [f32],
+    out0: &mut [f32],
+    out1: &mut [f32],
+) {
+    macro_rules! go {
+        ($n:literal) => {
+            combine2::<$n>(
+                std::array::from_fn(|j| g0[j]),
+                std::array::from_fn(|j| g1[j]),
+                std::array::from_fn(&rows),
+                out0,
+                out1,
+            )
+        };
+    }
+    match g0.len() {
+        1 => go!(1),
+        2 => go!(2),
+        3 => go!(3),
+        4 => go!(4),
+        5 => go!(5),
+        _ => go!(6),
+    }
+}
+
+/// `out += sum_j g[j] rows(j)` for `g.len()` (1 to 6) rows of `out.len()`.
+#[inline(always)]
+fn combine_dyn<'a>(g: &[f32], rows: impl Fn(usize) -> &'a [f32], out: &mut [f32]) {
+    match g.len() {
+        1 => combine::<1>([g[0]], [rows(0)], out),
+        2 => combine::<2>(
+            std::array::from_fn(|j| g[j]),
+            std::array::from_fn(&rows),
+            out,
+        ),
+        3 => combine::<3>(
+            std::array::from_fn(|j| g[j]),
+            std::array::from_fn(&rows),
+            out,
+        ),
+        4 => combine::<4>(
+            std::array::from_fn(|j| g[j]),
+            std::array::from_fn(&rows),
+            out,
+        ),
+        5 => combine::<5>(
+            std::array::from_fn(|j| g[j]),
+            std::array::from_fn(&rows),
+            out,
+        ),
+        _ => combine::<6>(
+            std::array::from_fn(|j| g[j]),
+            std::array::from_fn(&rows),
+            out,
+        ),
+    }
+}
+
+/// `1 / (1 + e^-x)` for |x| <= `MAX_SCORE`, with Cephes' `expf` (range reduction by ln 2 and a
+/// degree-6 polynomial; relative error ~1e-7): branch-free, so a loop of it vectorises.
+#[inline(always)]
+fn sigmoid_fast(x: f32) -> f32 {
+    const SHIFT: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
+    let z = -x;
+    // n = round(z log2(e)) (|z| < 2^22), as a float and, from the sum's low mantissa bits, as
+    // an integer (no float-to-int conversion, which would not vectorise); r = z - n ln 2.
+    let k = z * std::f32::consts::LOG2_E + SHIFT;
+    let n = k - SHIFT;
+    let two_n = f32::from_bits(
+        (k.to_bits().wrapping_sub(SHIFT.to_bits()))
+            .wrapping_add(127)
+            .wrapping_shl(23),
+    );
+    let r = fmadd(n, 2.121_944_4e-4, fmadd(n, -0.693_359_4, z));
+    let mut p = 1.987_569_1e-4;
+    for c in [
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        0.166_666_65,
+        0.5,
+    ] {
+        p = fmadd(p, r, c);
+    }
+    let e = fmadd(p, r * r, r + 1.0) * two_n;
+    1.0 / (1.0 + e)
 }
 
 /// `a * b + c`: fused where the build targets FMA, else a multiply and an add (a fused
@@ -427,94 +621,174 @@ fn fmadd(a: f32, b: f32, c: f32) -> f32 {
     }
 }
 
-/// `s[t] = v . u_t` for the `N` rows `u_t = u[t d..(t + 1) d]`: `v` is read once.
+/// `s[t] = v . rows[t]` (all of `v.len()`), reading `v` once.
 #[inline(always)]
-fn dots<const N: usize>(v: &[f32], u: &[f32], d: usize, s: &mut [f32]) {
-    let full = d / LANES * LANES;
-    let mut acc = [[0f32; LANES]; N];
-    for c in (0..full).step_by(LANES) {
-        let vc: [f32; LANES] = v[c..c + LANES].try_into().expect("lanes");
-        for (t, a) in acc.iter_mut().enumerate() {
-            let uc: [f32; LANES] = u[t * d + c..t * d + c + LANES].try_into().expect("lanes");
-            for l in 0..LANES {
-                a[l] = fmadd(vc[l], uc[l], a[l]);
-            }
-        }
-    }
-    for (t, a) in acc.iter().enumerate() {
-        let mut x: f32 = a.iter().sum();
-        for c in full..d {
-            x = fmadd(v[c], u[t * d + c], x);
-        }
-        s[t] = x;
-    }
-}
-
-/// `out += sum_t g[t] u_t` over the `N` rows `u_t = u[t d..(t + 1) d]`.
-#[inline(always)]
-fn combine<const N: usize>(g: &[f32], u: &[f32], d: usize, out: &mut [f32]) {
-    let full = d / LANES * LANES;
-    let g: [f32; N] = g[..N].try_into().expect("N coefficients");
-    for c in (0..full).step_by(LANES) {
-        let mut acc: [f32; LANES] = out[c..c + LANES].try_into().expect("lanes");
-        for (t, &gt) in g.iter().enumerate() {
-            let uc: [f32; LANES] = u[t * d + c..t * d + c + LANES].try_into().expect("lanes");
-            for l in 0..LANES {
-                acc[l] = fmadd(gt, uc[l], acc[l]);
-            }
-        }
-        out[c..c + LANES].copy_from_slice(&acc);
-    }
-    for c in full..d {
-        for (t, &gt) in g.iter().enumerate() {
-            out[c] = fmadd(gt, u[t * d + c], out[c]);
-        }
-    }
-}
-
-/// `du_t = sum_i coef[i nt + t0 + t] v_i` for the `N` targets from `t0`, where `v_i` is ring
-/// row `slots[i]` of `v` (rows of `d`); `du_t = du[t d..(t + 1) d]`.
-#[inline(always)]
-fn gather<const N: usize>(
-    coef: &[f32],
-    nt: usize,
-    t0: usize,
-    v: &[f32],
-    slots: &[usize],
-    d: usize,
-    du: &mut [f32],
-) {
-    let full = d / LANES * LANES;
-    for c in (0..full).step_by(LANES) {
-        let mut acc = [[0f32; LANES]; N];
-        for (i, &si) in slots.iter().enumerate() {
-            let vc: [f32; LANES] = v[si * d + c..si * d + c + LANES].try_into().expect("lanes");
-            for (t, a) in acc.iter_mut().enumerate() {
-                let g = coef[i * nt + t0 + t];
-                for l in 0..LANES {
-                    a[l] = fmadd(g, vc[l], a[l]);
+fn dots<const N: usize>(v: &[f32], rows: [&[f32]; N], s: &mut [f32]) {
+    let d = v.len();
+    assert!(rows.iter().all(|r| r.len() == d) && s.len() == N);
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    if d % 8 == 0 {
+        use std::arch::x86_64::*;
+        // SAFETY: AVX2 and FMA are enabled for this build (cfg above). Every load reads 8
+        // floats at offset c < d, c a multiple of 8 and d too, from `v` or a row, each of
+        // length d (asserted): all reads are in bounds; unaligned loads need no alignment.
+        unsafe {
+            let mut acc = [_mm256_setzero_ps(); N];
+            for c in (0..d).step_by(8) {
+                let x = _mm256_loadu_ps(v.as_ptr().add(c));
+                for (a, r) in acc.iter_mut().zip(&rows) {
+                    *a = _mm256_fmadd_ps(x, _mm256_loadu_ps(r.as_ptr().add(c)), *a);
                 }
             }
+            for (o, a) in s.iter_mut().zip(acc) {
+                let h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
+                let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+                *o = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+            }
         }
-        for (t, a) in acc.iter().enumerate() {
-            du[t * d + c..t * d + c + LANES].copy_from_slice(a);
+        return;
+    }
+    let mut acc = [[0f32; 8]; N];
+    let full = d / 8 * 8;
+    for c in (0..full).step_by(8) {
+        for (a, r) in acc.iter_mut().zip(&rows) {
+            for l in 0..8 {
+                a[l] = fmadd(v[c + l], r[c + l], a[l]);
+            }
         }
     }
-    for c in full..d {
-        for t in 0..N {
-            du[t * d + c] = slots.iter().enumerate().fold(0.0, |x, (i, &si)| {
-                fmadd(coef[i * nt + t0 + t], v[si * d + c], x)
-            });
-        }
+    for ((o, a), r) in s.iter_mut().zip(&acc).zip(&rows) {
+        *o = a.iter().sum::<f32>()
+            + v[full..]
+                .iter()
+                .zip(&r[full..])
+                .map(|(x, y)| x * y)
+                .sum::<f32>();
     }
 }
 
-/// `row += delta` on a shared row (through `tmp`, same length).
-#[inline]
-fn add_to(row: &[AtomicU32], delta: &[f32], tmp: &mut [f32]) {
-    load(row, tmp);
-    axpy(1.0, delta, tmp);
-    store(row, tmp);
+/// `s0[t] = v0 . rows[t]` and `s1[t] = v1 . rows[t]`: each row read once for both.
+#[inline(always)]
+fn dots2<const N: usize>(
+    v0: &[f32],
+    v1: &[f32],
+    rows: [&[f32]; N],
+    s0: &mut [f32],
+    s1: &mut [f32],
+) {
+    let d = v0.len();
+    assert!(v1.len() == d && rows.iter().all(|r| r.len() == d) && s0.len() == N && s1.len() == N);
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    if d % 8 == 0 {
+        use std::arch::x86_64::*;
+        // SAFETY: as in `dots`: AVX2 and FMA are enabled for this build, and every load reads
+        // 8 floats at offset c < d (multiples of 8) of a slice of length d (asserted).
+        unsafe {
+            let mut a0 = [_mm256_setzero_ps(); N];
+            let mut a1 = [_mm256_setzero_ps(); N];
+            for c in (0..d).step_by(8) {
+                let x0 = _mm256_loadu_ps(v0.as_ptr().add(c));
+                let x1 = _mm256_loadu_ps(v1.as_ptr().add(c));
+                for t in 0..N {
+                    let y = _mm256_loadu_ps(rows[t].as_ptr().add(c));
+                    a0[t] = _mm256_fmadd_ps(x0, y, a0[t]);
+                    a1[t] = _mm256_fmadd_ps(x1, y, a1[t]);
+                }
+            }
+            for (o, a) in s0.iter_mut().zip(a0).chain(s1.iter_mut().zip(a1)) {
+                let h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
+                let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+                *o = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+            }
+        }
+        return;
+    }
+    dots(v0, rows, s0);
+    dots(v1, rows, s1);
+}
+
+/// `out0 += sum_t g0[t] rows[t]`, `out1 += sum_t g1[t] rows[t]`: each row read once for both.
+#[inline(always)]
+fn combine2<const N: usize>(
+    g0: [f32; N],
+    g1: [f32; N],
+    rows: [&[f32]; N],
+    out0: &mut [f32],
+    out1: &mut [f32],
+) {
+    let d = out0.len();
+    assert!(out1.len() == d && rows.iter().all(|r| r.len() == d));
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    if d % 8 == 0 {
+        use std::arch::x86_64::*;
+        // SAFETY: as in `combine`: AVX2 and FMA are enabled for this build; every access is 8
+        // floats at offset c < d (multiples of 8) of a slice of length d (asserted); the two
+        // outputs are distinct unique borrows, so nothing aliases them.
+        unsafe {
+            let (h0, h1) = (g0.map(|x| _mm256_set1_ps(x)), g1.map(|x| _mm256_set1_ps(x)));
+            for c in (0..d).step_by(8) {
+                let (o0, o1) = (out0.as_mut_ptr().add(c), out1.as_mut_ptr().add(c));
+                let (mut a0, mut a1) = (_mm256_loadu_ps(o0), _mm256_loadu_ps(o1));
+                for t in 0..N {
+                    let y = _mm256_loadu_ps(rows[t].as_ptr().add(c));
+                    a0 = _mm256_fmadd_ps(h0[t], y, a0);
+                    a1 = _mm256_fmadd_ps(h1[t], y, a1);
+                }
+                _mm256_storeu_ps(o0, a0);
+                _mm256_storeu_ps(o1, a1);
+            }
+        }
+        return;
+    }
+    combine(g0, rows, out0);
+    combine(g1, rows, out1);
+}
+
+/// `out += sum_t g[t] rows[t]` (all of `out.len()`), reading and writing `out` once.
+#[inline(always)]
+fn combine<const N: usize>(g: [f32; N], rows: [&[f32]; N], out: &mut [f32]) {
+    let d = out.len();
+    assert!(rows.iter().all(|r| r.len() == d));
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    if d % 8 == 0 {
+        use std::arch::x86_64::*;
+        // SAFETY: AVX2 and FMA are enabled for this build (cfg above). Every load and store
+        // touches 8 floats at offset c < d, c a multiple of 8 and d too, of `out` or a row,
+        // each of length d (asserted); `out` is a unique borrow, so no row aliases it.
+        unsafe {
+            let gs = g.map(|x| _mm256_set1_ps(x));
+            for c in (0..d).step_by(8) {
+                let o = out.as_mut_ptr().add(c);
+                let mut a = _mm256_loadu_ps(o);
+                for (gt, r) in gs.iter().zip(&rows) {
+                    a = _mm256_fmadd_ps(*gt, _mm256_loadu_ps(r.as_ptr().add(c)), a);
+                }
+                _mm256_storeu_ps(o, a);
+            }
+        }
+        return;
+    }
+    for (c, o) in out.iter_mut().enumerate() {
+        for (gt, r) in g.iter().zip(&rows) {
+            *o = fmadd(*gt, r[c], *o);
+        }
+    }
 }
 
 /// Hint the CPU to bring `cells` into cache (no effect on values; a no-op off x86-64).
@@ -909,9 +1183,16 @@ mod in_place_tests {
 
     #[test]
     fn segments_equal_the_block_reference_with_history_and_remote_rows() {
+        // dim 16: the vector kernels (when compiled in); dim 13: the portable ones. k = 6 or
+        // 4: targets in blocks of 6 and 1, or one block of 5; inputs two at a time and one.
+        for (dim, k) in [(16, 6), (13, 6), (16, 4)] {
+            check_segments(dim, k);
+        }
+    }
+
+    fn check_segments(dim: usize, k: usize) {
         use crate::sample::walk::group_inputs;
-        // dim 13: two full vector blocks and a remainder; k = 6: targets in blocks of 6 and 1.
-        let (dim, nrows, k, window, lr) = (13, 40, 6, 3u32, 0.05);
+        let (nrows, window, lr) = (40, 3u32, 0.05);
         let mut rng = crate::sample::rng_for(8, 0, 0);
         let mut init = |n: usize| -> Vec<f32> {
             (0..n * dim)
@@ -1023,6 +1304,16 @@ mod in_place_tests {
             }
         }
         assert_ne!(values(&centers), c0);
+    }
+
+    #[test]
+    fn fast_sigmoid_matches_the_exact_one() {
+        let mut worst = 0f32;
+        for i in -60_000..=60_000 {
+            let x = i as f32 * 1e-4;
+            worst = worst.max((sigmoid_fast(x) - sigmoid(x)).abs() / sigmoid(x));
+        }
+        assert!(worst < 1e-6, "relative error {worst}");
     }
 
     #[test]
