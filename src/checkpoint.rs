@@ -29,7 +29,7 @@ use crate::spmd::agree;
 use crate::store::Shard;
 
 /// Layout version of the shard files.
-pub const FORMAT_VERSION: u64 = 1;
+pub const FORMAT_VERSION: u64 = 2;
 /// Committed versions kept on disk.
 pub const KEEP: usize = 2;
 const LATEST: &str = "LATEST";

@@ -1,15 +1,14 @@
 //! Random walks over the partitioned graph with walker migration. A walker always stands on a
-//! node its current rank owns: it emits its skip-gram pairs there (so the center row of half of
-//! them is local), picks the next node from the local adjacency, and is shipped to the next node's
-//! owner in one aggregated exchange per superstep.
+//! node its current rank owns: it picks the next node from the local adjacency and is shipped to
+//! the next node's owner in one aggregated exchange per superstep, carrying its tokens not yet
+//! trained.
 //!
 //! Skip-gram pairs follow word2vec exactly, streamed: each kept token draws its reduced window
 //! `w - b`, `b ~ U[0, w)`; a token b is predicted (output row) from every input token a at
-//! distance d <= win(b) on either side. A superstep emits, per walker, a segment: the walker's
-//! history (its last `window` kept tokens, already trained) followed by the tokens it kept here;
-//! a segment's pairs are those with at least one token new (`Segments::pairs`). Walkers carry
-//! the last `window` kept tokens and their reduced windows. Frequent nodes are subsampled as
-//! word2vec does (`keep` per node).
+//! distance d <= win(b) on either side. A walker carries its kept tokens (up to `CARRY`, across
+//! ranks) and then emits them as a segment led by the `window` tokens before them (context,
+//! already trained); a segment's pairs are those with at least one token new
+//! (`Segments::pairs`). Frequent nodes are subsampled as word2vec does (`keep` per node).
 //!
 //! node2vec uses KnightKing's rejection sampling: propose x from the current node's neighbours,
 //! accept with probability a(t, x) / max(1/p, 1, 1/q). Only when the outcome depends on whether x
@@ -23,6 +22,11 @@ use crate::graph::{LocalGraph, NodeId};
 
 const NONE: u64 = u64::MAX;
 
+/// A walker carries up to this many kept tokens before they are emitted (and at its end), across
+/// ranks: a walk then trains in long segments even when it changes rank every step or two (each
+/// segment's first `window` tokens are context, trained before).
+pub const CARRY: usize = 64;
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Walker {
     pub id: u64,
@@ -32,8 +36,10 @@ pub struct Walker {
     pub step: u32,
     /// `cur` has been visited (pairs emitted); only the move is pending.
     pub visited: bool,
-    /// Last kept tokens: (node, reduced window), oldest first.
+    /// Kept tokens (node, reduced window), oldest first: `trained` already emitted (the last
+    /// `window` of them, the context of what follows), then the tokens not yet emitted.
     pub hist: Vec<(u64, u32)>,
+    pub trained: u32,
 }
 
 impl Walker {
@@ -44,6 +50,7 @@ impl Walker {
         out.extend_from_slice(&self.step.to_le_bytes());
         out.push(u8::from(self.visited));
         out.push(self.hist.len() as u8);
+        out.push(self.trained as u8);
         for &(n, w) in &self.hist {
             out.extend_from_slice(&n.to_le_bytes());
             out.push(w as u8);
@@ -61,8 +68,9 @@ impl Walker {
     /// Decode bytes from a file: None unless they are a well-formed walker within the limits.
     fn try_decode(b: &[u8], num_nodes: u64, window: u32) -> Option<(Walker, usize)> {
         let n = *b.get(29)? as usize;
-        let len = 30 + 9 * n;
-        if b.len() < len || n > window as usize || b[28] > 1 {
+        let trained = *b.get(30)? as usize;
+        let len = 31 + 9 * n;
+        if b.len() < len || trained > n.min(window as usize) || n - trained > CARRY || b[28] > 1 {
             return None;
         }
         let (w, used) = Walker::decode(&b[..len]);
@@ -78,7 +86,7 @@ impl Walker {
         let visited = b[28] != 0;
         let n = b[29] as usize;
         let hist = (0..n)
-            .map(|k| (u64_at(30 + 9 * k), u32::from(b[38 + 9 * k])))
+            .map(|k| (u64_at(31 + 9 * k), u32::from(b[39 + 9 * k])))
             .collect();
         let w = Walker {
             id: u64_at(0),
@@ -87,8 +95,9 @@ impl Walker {
             step,
             visited,
             hist,
+            trained: u32::from(b[30]),
         };
-        (w, 30 + 9 * n)
+        (w, 31 + 9 * n)
     }
 }
 
@@ -116,9 +125,9 @@ pub struct WalkParams {
     pub local_steps: u32,
 }
 
-/// A superstep's walk output. Per walker that kept tokens on this rank in the superstep, one
-/// segment: its history (its last `window` kept tokens, sent in earlier segments) followed by
-/// the new tokens. Token b of a segment is predicted from the inputs a with
+/// A superstep's walk output: segments of walks (a walker's `CARRY` waiting tokens, or its last
+/// ones when it ends), each led by the walk's `window` tokens before it (context, emitted in an
+/// earlier segment). Token b of a segment is predicted from the inputs a with
 /// |a - b| <= win(b), a != b, where a or b is new: word2vec's sentence, cut at rank crossings.
 #[derive(Clone, Debug, Default)]
 pub struct Segments {
@@ -296,6 +305,7 @@ impl WalkEngine {
                 step: 1,
                 visited: false,
                 hist: Vec::new(),
+                trained: 0,
             });
             self.next_start += 1;
         }
@@ -305,17 +315,17 @@ impl WalkEngine {
         let walkers = std::mem::take(&mut self.walkers);
         for mut w in walkers {
             let mut budget = self.params.local_steps.max(1);
-            let mut open = false;
             loop {
                 let local = g.part.local_index(w.cur);
                 if !w.visited {
                     if let Some(t) = &mut self.trace {
                         t.push((w.id, w.step, w.cur));
                     }
-                    self.visit(&mut w, local, rng, &mut open, out_segs);
+                    self.visit(&mut w, local, rng, out_segs);
                     out.tokens += 1;
                 }
                 if w.step >= self.params.walk_length || g.degree(local) == 0 {
+                    self.emit(&mut w, out_segs);
                     out.finished += 1;
                     break;
                 }
@@ -360,33 +370,32 @@ impl WalkEngine {
         out
     }
 
-    /// Visit `w.cur`: unless subsampled away, append it (after the walker's history, when it
-    /// opens the walker's segment of this superstep) to `out`.
-    fn visit(
-        &self,
-        w: &mut Walker,
-        local: usize,
-        rng: &mut Rng,
-        open: &mut bool,
-        out: &mut Segments,
-    ) {
+    /// Visit `w.cur`: unless subsampled away, add it to the walker's tokens; emit them once
+    /// `CARRY` wait.
+    fn visit(&self, w: &mut Walker, local: usize, rng: &mut Rng, out: &mut Segments) {
         w.visited = true;
         let keep = self.keep[local];
         if keep < 1.0 && rng.random::<f32>() >= keep {
             return;
         }
         let win = self.params.window - rng.random_range(0..self.params.window);
-        if !*open {
-            *open = true;
-            out.segs
-                .push((out.tokens.len() as u32, w.hist.len() as u32));
-            out.tokens.extend_from_slice(&w.hist);
-        }
-        out.tokens.push((w.cur, win));
-        if w.hist.len() == self.params.window as usize {
-            w.hist.remove(0);
-        }
         w.hist.push((w.cur, win));
+        if w.hist.len() - w.trained as usize >= CARRY {
+            self.emit(w, out);
+        }
+    }
+
+    /// Emit the walker's waiting tokens as a segment led by its trained context, and keep the
+    /// last `window` tokens as the context of what follows.
+    fn emit(&self, w: &mut Walker, out: &mut Segments) {
+        if w.hist.len() == w.trained as usize {
+            return;
+        }
+        out.segs.push((out.tokens.len() as u32, w.trained));
+        out.tokens.extend_from_slice(&w.hist);
+        let drop = w.hist.len().saturating_sub(self.params.window as usize);
+        w.hist.drain(..drop);
+        w.trained = w.hist.len() as u32;
     }
 
     fn propose(&self, g: &LocalGraph, w: &Walker, local: usize, rng: &mut Rng) -> Move {
@@ -761,7 +770,8 @@ mod tests {
                     let mut o = 0;
                     while o < b.len() {
                         let (w, used) = Walker::decode(&b[o..]);
-                        prop_assert!(w.cur < 50 && part.owner(w.cur) == r && w.hist.len() <= 5);
+                        prop_assert!(w.cur < 50 && part.owner(w.cur) == r);
+                        prop_assert!(w.trained as usize <= 5 && w.hist.len() <= 5 + CARRY);
                         o += used;
                     }
                 }
@@ -777,7 +787,8 @@ mod tests {
             cur: 42,
             step: 3,
             visited: true,
-            hist: vec![(1, 10), (99, 3)],
+            hist: vec![(1, 10), (99, 3), (5, 1)],
+            trained: 2,
         };
         let mut b = Vec::new();
         w.encode(&mut b);
