@@ -457,6 +457,21 @@ impl Block {
     }
 }
 
+/// `$go!(N)` for the literal N from 1 to 6 equal to `$n` (6 for anything larger): the const
+/// width of a block kernel chosen at run time.
+macro_rules! with_width {
+    ($n:expr, $go:ident) => {
+        match $n {
+            1 => $go!(1),
+            2 => $go!(2),
+            3 => $go!(3),
+            4 => $go!(4),
+            5 => $go!(5),
+            _ => $go!(6),
+        }
+    };
+}
+
 /// `s[t] = v . u_t` for the rows `u_t` of `u` (rows of `v.len()`), in blocks of up to 6 rows
 /// so that `v` is read once per block.
 #[inline(always)]
@@ -464,16 +479,13 @@ fn dots_dyn(v: &[f32], u: &[f32], s: &mut [f32]) {
     let d = v.len();
     for b0 in (0..s.len()).step_by(6) {
         let n = (s.len() - b0).min(6);
-        let u = &u[b0 * d..];
-        let s = &mut s[b0..b0 + n];
-        match n {
-            1 => dots::<1>(v, std::array::from_fn(|t| &u[t * d..][..d]), s),
-            2 => dots::<2>(v, std::array::from_fn(|t| &u[t * d..][..d]), s),
-            3 => dots::<3>(v, std::array::from_fn(|t| &u[t * d..][..d]), s),
-            4 => dots::<4>(v, std::array::from_fn(|t| &u[t * d..][..d]), s),
-            5 => dots::<5>(v, std::array::from_fn(|t| &u[t * d..][..d]), s),
-            _ => dots::<6>(v, std::array::from_fn(|t| &u[t * d..][..d]), s),
+        let (u, s) = (&u[b0 * d..], &mut s[b0..b0 + n]);
+        macro_rules! go {
+            ($n:literal) => {
+                dots::<$n>(v, std::array::from_fn(|t| &u[t * d..][..d]), s)
+            };
         }
+        with_width!(n, go)
     }
 }
 
@@ -502,15 +514,23 @@ fn dots2_dyn(v0: &[f32], v1: &[f32], u: &[f32], s0: &mut [f32], s1: &mut [f32]) 
                 dots2::<$n>(v0, v1, std::array::from_fn(|t| &u[t * d..][..d]), s0, s1)
             };
         }
-        match n {
-            1 => go!(1),
-            2 => go!(2),
-            3 => go!(3),
-            4 => go!(4),
-            5 => go!(5),
-            _ => go!(6),
-        }
+        with_width!(n, go)
     }
+}
+
+/// `out += sum_j g[j] rows(j)` for `g.len()` (1 to 6) rows of `out.len()`.
+#[inline(always)]
+fn combine_dyn<'a>(g: &[f32], rows: impl Fn(usize) -> &'a [f32], out: &mut [f32]) {
+    macro_rules! go {
+        ($n:literal) => {
+            combine::<$n>(
+                std::array::from_fn(|j| g[j]),
+                std::array::from_fn(&rows),
+                out,
+            )
+        };
+    }
+    with_width!(g.len(), go)
 }
 
 /// [`combine_dyn`] into two outputs: `out0 += sum_j g0[j] rows(j)`, `out1 += sum_j g1[j]
@@ -534,47 +554,7 @@ fn combine2_dyn<'a>(
             )
         };
     }
-    match g0.len() {
-        1 => go!(1),
-        2 => go!(2),
-        3 => go!(3),
-        4 => go!(4),
-        5 => go!(5),
-        _ => go!(6),
-    }
-}
-
-/// `out += sum_j g[j] rows(j)` for `g.len()` (1 to 6) rows of `out.len()`.
-#[inline(always)]
-fn combine_dyn<'a>(g: &[f32], rows: impl Fn(usize) -> &'a [f32], out: &mut [f32]) {
-    match g.len() {
-        1 => combine::<1>([g[0]], [rows(0)], out),
-        2 => combine::<2>(
-            std::array::from_fn(|j| g[j]),
-            std::array::from_fn(&rows),
-            out,
-        ),
-        3 => combine::<3>(
-            std::array::from_fn(|j| g[j]),
-            std::array::from_fn(&rows),
-            out,
-        ),
-        4 => combine::<4>(
-            std::array::from_fn(|j| g[j]),
-            std::array::from_fn(&rows),
-            out,
-        ),
-        5 => combine::<5>(
-            std::array::from_fn(|j| g[j]),
-            std::array::from_fn(&rows),
-            out,
-        ),
-        _ => combine::<6>(
-            std::array::from_fn(|j| g[j]),
-            std::array::from_fn(&rows),
-            out,
-        ),
-    }
+    with_width!(g0.len(), go)
 }
 
 /// `1 / (1 + e^-x)` for |x| <= `MAX_SCORE`, with Cephes' `expf` (range reduction by ln 2 and a
@@ -621,6 +601,23 @@ fn fmadd(a: f32, b: f32, c: f32) -> f32 {
     }
 }
 
+/// The sum of the 8 lanes of `a`.
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "avx2",
+    target_feature = "fma"
+))]
+#[inline(always)]
+fn hsum(a: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    // SAFETY: AVX is enabled for this build (cfg above); these operate on registers only.
+    unsafe {
+        let h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
+        let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)))
+    }
+}
+
 /// `s[t] = v . rows[t]` (all of `v.len()`), reading `v` once.
 #[inline(always)]
 fn dots<const N: usize>(v: &[f32], rows: [&[f32]; N], s: &mut [f32]) {
@@ -645,9 +642,7 @@ fn dots<const N: usize>(v: &[f32], rows: [&[f32]; N], s: &mut [f32]) {
                 }
             }
             for (o, a) in s.iter_mut().zip(acc) {
-                let h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
-                let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-                *o = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+                *o = hsum(a);
             }
         }
         return;
@@ -704,9 +699,7 @@ fn dots2<const N: usize>(
                 }
             }
             for (o, a) in s0.iter_mut().zip(a0).chain(s1.iter_mut().zip(a1)) {
-                let h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
-                let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-                *o = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+                *o = hsum(a);
             }
         }
         return;
