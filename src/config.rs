@@ -873,6 +873,22 @@ mod tests {
     }
 
     #[test]
+    fn the_walk_kernel_defaults_to_token_and_reads_from_the_file() {
+        let kernel = |r: RawTrain| TrainConfig::from_raw(r).map(|c| c.kernel).unwrap();
+        assert_eq!(kernel(raw()), Kernel::Token);
+        let file = RawTrain::from_toml_str("[compute]\nkernel = \"pair\"\n").unwrap();
+        assert_eq!(
+            kernel(RawTrain {
+                graph: Some("g.h5".into()),
+                ..file
+            }),
+            Kernel::Pair
+        );
+        let e = RawTrain::from_toml_str("[compute]\nkernel = \"tokens\"\n").unwrap_err();
+        assert!(e.contains("tokens"), "{e}");
+    }
+
+    #[test]
     fn unknown_keys_are_rejected() {
         let e = RawTrain::from_toml_str("[training]\nlearning_rat = 0.1\n").unwrap_err();
         assert!(e.contains("learning_rat"), "{e}");
