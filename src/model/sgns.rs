@@ -79,16 +79,7 @@ pub fn sgd_in_place(
     use rayon::prelude::*;
     const CHUNK: usize = 256;
     const PREFETCH: usize = 2;
-    let row = |center: bool, r: u32| {
-        let (m, r) = if r & REMOTE != 0 {
-            (remote, (r & !REMOTE) as usize)
-        } else if center {
-            (centers, r as usize)
-        } else {
-            (targets, r as usize)
-        };
-        &m[r * dim..(r + 1) * dim]
-    };
+    let row = |center: bool, r: u32| shared_row(centers, targets, remote, dim, center, r);
     let pair_negs = |i: usize| &negs[i * k..(i + 1) * k];
     (0..pairs.len().div_ceil(CHUNK))
         .into_par_iter()
@@ -192,16 +183,7 @@ pub fn sgd_segments(
 ) -> f64 {
     use crate::sample::walk::group_inputs;
     use rayon::prelude::*;
-    let row = |center: bool, r: u32| {
-        let (m, r) = if r & REMOTE != 0 {
-            (remote, (r & !REMOTE) as usize)
-        } else if center {
-            (centers, r as usize)
-        } else {
-            (targets, r as usize)
-        };
-        &m[r * dim..(r + 1) * dim]
-    };
+    let row = |center: bool, r: u32| shared_row(centers, targets, remote, dim, center, r);
     let ring = 2 * window as usize + 1;
     let nt = 1 + k;
     let SegmentRows {
@@ -782,6 +764,27 @@ fn combine<const N: usize>(g: [f32; N], rows: [&[f32]; N], out: &mut [f32]) {
             *o = fmadd(*gt, r[c], *o);
         }
     }
+}
+
+/// The row a reference names: `REMOTE | slot` is row `slot` of `remote`, otherwise a local row
+/// of `centers` (for a pair's center or a block's input) or `targets`.
+#[inline(always)]
+fn shared_row<'a>(
+    centers: &'a [AtomicU32],
+    targets: &'a [AtomicU32],
+    remote: &'a [AtomicU32],
+    dim: usize,
+    center: bool,
+    r: u32,
+) -> &'a [AtomicU32] {
+    let (m, r) = if r & REMOTE != 0 {
+        (remote, (r & !REMOTE) as usize)
+    } else if center {
+        (centers, r as usize)
+    } else {
+        (targets, r as usize)
+    };
+    &m[r * dim..(r + 1) * dim]
 }
 
 /// Hint the CPU to bring `cells` into cache (no effect on values; a no-op off x86-64).
