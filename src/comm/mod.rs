@@ -149,10 +149,21 @@ impl Comm {
 
     /// Collectively allocate a window of `local_bytes` on this rank (sizes may differ by rank).
     pub fn window(&self, local_bytes: usize) -> Window {
+        self.allocate(local_bytes, false)
+    }
+
+    /// As [`Comm::window`], but the ranks of one node share their memory: each maps the
+    /// others' bytes ([`Window::node_span`]). Under MPI with more than one rank per node
+    /// (`MPI_Win_allocate_shared`); otherwise the same as `window`.
+    pub fn node_window(&self, local_bytes: usize) -> Window {
+        self.allocate(local_bytes, true)
+    }
+
+    fn allocate(&self, local_bytes: usize, node_shared: bool) -> Window {
         let _g = self.watchdog().enter("window allocation");
         match self {
             Comm::Local(c) => Window::Local(c.window(local_bytes)),
-            Comm::Mpi(c) => Window::Mpi(c.window(local_bytes)),
+            Comm::Mpi(c) => Window::Mpi(c.window(local_bytes, node_shared)),
         }
     }
 
@@ -199,7 +210,24 @@ pub enum Window {
     Mpi(mpi::MpiWindow),
 }
 
+/// The bytes of a node-shared window as this process maps them: one span holding every node
+/// rank's bytes, `offsets` giving (world rank, offset of its bytes from `base`).
+pub struct NodeSpan {
+    pub base: *mut u8,
+    pub len: usize,
+    pub offsets: Vec<(usize, usize)>,
+}
+
 impl Window {
+    /// Where this node's ranks' bytes are mapped, for a node-shared window with more than one
+    /// rank on the node; `None` otherwise.
+    pub fn node_span(&self) -> Option<NodeSpan> {
+        match self {
+            Window::Local(_) => None,
+            Window::Mpi(w) => w.node_span(),
+        }
+    }
+
     /// Run `f` over this rank's own bytes.
     pub fn with_local<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         match self {
@@ -324,14 +352,29 @@ impl Drop for Watchdog {
 }
 
 /// Poison-and-verify: every rank fills its rows with a pattern of (rank, row), then fetches
-/// random rows of every rank into a buffer poisoned with 0xFF and checks every byte. Collective.
-/// Returns the number of rows this rank verified.
+/// random rows of every rank into a buffer poisoned with 0xFF and checks every byte, first
+/// through a private window, then through a node-shared one (whose span must also show each
+/// node rank's rows where it says). Collective. Returns the number of rows this rank verified.
 pub fn selftest_rma(comm: &Comm, rows: usize, rounds: usize) -> crate::Result<u64> {
+    let mut verified = 0;
+    for shared in [false, true] {
+        let w = if shared {
+            comm.node_window(rows * SELFTEST_DIM * 4)
+        } else {
+            comm.window(rows * SELFTEST_DIM * 4)
+        };
+        verified += verify_rows(comm, w, rows, rounds)?;
+    }
+    Ok(verified)
+}
+
+const SELFTEST_DIM: usize = 16;
+
+fn verify_rows(comm: &Comm, mut w: Window, rows: usize, rounds: usize) -> crate::Result<u64> {
     use rand::RngExt;
-    const DIM: usize = 16;
+    const DIM: usize = SELFTEST_DIM;
     let row_bytes = DIM * 4;
     let pattern = |rank: usize, row: usize, j: usize| (rank * 1_000_003 + row * 31 + j) as f32;
-    let mut w = comm.window(rows * row_bytes);
     let me = comm.rank();
     w.with_local_mut(|b| {
         for r in 0..rows {
@@ -342,8 +385,28 @@ pub fn selftest_rma(comm: &Comm, rows: usize, rounds: usize) -> crate::Result<u6
         }
     });
     comm.barrier();
-    let mut rng = crate::sample::rng_for(7, me, 99);
     let mut verified = 0u64;
+    if let Some(span) = w.node_span() {
+        for &(owner, at) in &span.offsets {
+            let last = rows.saturating_sub(1);
+            for r in [0, last] {
+                let o = at + (r * DIM + DIM - 1) * 4;
+                if rows == 0 || o + 4 > span.len {
+                    continue;
+                }
+                // SAFETY: `o + 4 <= span.len` (checked) and the span is mapped while `w` lives;
+                // every rank wrote its rows before the barrier above, nobody writes them now.
+                let got = unsafe { std::ptr::read_unaligned(span.base.add(o).cast::<f32>()) };
+                if got.to_bits() != pattern(owner, r, DIM - 1).to_bits() {
+                    return Err(crate::Error::Mismatch(format!(
+                        "rank {me}: row {r} of rank {owner} in the node-shared span reads {got}"
+                    )));
+                }
+                verified += 1;
+            }
+        }
+    }
+    let mut rng = crate::sample::rng_for(7, me, 99);
     for _ in 0..rounds {
         let wanted: Vec<Vec<u32>> = (0..comm.size())
             .map(|_| {

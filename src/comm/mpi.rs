@@ -2,7 +2,12 @@
 //! (rsmpi has no window API). This is the only module with `unsafe` MPI calls.
 //!
 //! Windows are allocated with `MPI_Win_allocate` and opened once with `MPI_Win_lock_all`
-//! (passive target) for their whole life. A fetch issues one `MPI_Get` per owner and request
+//! (passive target) for their whole life. A *node-shared* window is allocated with
+//! `MPI_Win_allocate_shared` on the ranks of one node (`MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`):
+//! every rank of the node maps every other's rows (`MPI_Win_shared_query`), reads them with plain
+//! copies and the trainer updates them in place; rows of other nodes are read through a second
+//! window over the same memory (`MPI_Win_create` on the world), which exists only when the job
+//! spans more than one node. A fetch issues one `MPI_Get` per owner and request
 //! batch, with an `hindexed_block` datatype that picks the rows out of the owner's memory, then
 //! flushes each target it read from (one flush per target: with MPICH 4.0.2 a single
 //! `MPI_Win_flush_all` after many gets sometimes returned before the data arrived).
@@ -27,6 +32,11 @@ pub struct MpiComm {
     pub(super) watchdog: Watchdog,
     pub(super) traffic: Traffic,
     world: SimpleCommunicator,
+    /// The ranks that share this rank's memory (its node), and their world ranks in node order.
+    node: SimpleCommunicator,
+    node_ranks: Vec<usize>,
+    /// Whether some node has more than one rank (the same on every rank).
+    shared_nodes: bool,
     round_bytes: u64,
     _universe: mpi::environment::Universe,
 }
@@ -52,10 +62,29 @@ impl MpiComm {
             .and_then(|s| s.parse().ok())
             .filter(|&b: &u64| b > 0 && b <= DEFAULT_ROUND_BYTES)
             .unwrap_or(DEFAULT_ROUND_BYTES);
+        // A test hook: GRAPHSCALE_RANKS_PER_NODE=n groups ranks n by n into "nodes", so that the
+        // paths for rows of other nodes run on one machine.
+        let node = match std::env::var("GRAPHSCALE_RANKS_PER_NODE")
+            .ok()
+            .and_then(|s| s.parse::<usize>().ok())
+            .filter(|&n| n > 0)
+        {
+            Some(n) => world
+                .split_by_color(mpi::topology::Color::with_value((rank / n) as c_int))
+                .expect("every rank has a color"),
+            None => world.split_shared(rank as c_int),
+        };
+        let mut node_ranks = vec![0u64; node.size() as usize];
+        node.all_gather_into(&(rank as u64), &mut node_ranks[..]);
+        let mut largest = 0i32;
+        world.all_reduce_into(&node.size(), &mut largest, SystemOperation::max());
         Some(MpiComm {
             watchdog,
             traffic: Traffic::default(),
             world,
+            node,
+            node_ranks: node_ranks.into_iter().map(|r| r as usize).collect(),
+            shared_nodes: largest > 1,
             round_bytes,
             _universe: universe,
         })
@@ -149,7 +178,97 @@ impl MpiComm {
         out
     }
 
-    pub fn window(&self, local_bytes: usize) -> MpiWindow {
+    /// Collective: a window of `local_bytes` on this rank. With `node_shared` and more than one
+    /// rank on some node, the node's ranks share their memory (see the module doc). The choice
+    /// is the same on every rank: the world window below is created by all of them or none.
+    pub fn window(&self, local_bytes: usize, node_shared: bool) -> MpiWindow {
+        if !node_shared || !self.shared_nodes {
+            let (win, base) = self.allocate(local_bytes);
+            return MpiWindow {
+                win: Some(win),
+                shm: None,
+                base,
+                len: local_bytes,
+                rank: self.rank(),
+                peers: Vec::new(),
+            };
+        }
+        let mut base: *mut u8 = ptr::null_mut();
+        let mut shm: ffi::MPI_Win = unsafe_win_null();
+        // SAFETY: out-pointers are valid; the node communicator lives as long as `self`; the
+        // call is collective over the node and every rank makes it in the same order (SPMD).
+        // The default (contiguous) layout puts the node's segments in one mapping.
+        let rc = unsafe {
+            ffi::MPI_Win_allocate_shared(
+                local_bytes as ffi::MPI_Aint,
+                1,
+                ffi::RSMPI_INFO_NULL,
+                self.node.as_raw(),
+                (&mut base as *mut *mut u8).cast(),
+                &mut shm,
+            )
+        };
+        assert_eq!(rc, 0, "MPI_Win_allocate_shared failed");
+        // SAFETY: `shm` was just created; the epoch stays open for the window's life (Drop).
+        let rc = unsafe { ffi::MPI_Win_lock_all(0, shm) };
+        assert_eq!(rc, 0, "MPI_Win_lock_all failed");
+        let mut peers = Vec::with_capacity(self.node_ranks.len());
+        for (i, &world) in self.node_ranks.iter().enumerate() {
+            let (mut size, mut unit, mut at): (ffi::MPI_Aint, c_int, *mut u8) =
+                (0, 0, ptr::null_mut());
+            // SAFETY: `shm` is live; `i` is a rank of the node communicator; out-pointers valid.
+            let rc = unsafe {
+                ffi::MPI_Win_shared_query(
+                    shm,
+                    i as c_int,
+                    &mut size,
+                    &mut unit,
+                    (&mut at as *mut *mut u8).cast(),
+                )
+            };
+            assert_eq!(rc, 0, "MPI_Win_shared_query failed");
+            peers.push(Peer {
+                rank: world,
+                base: at,
+                len: if at.is_null() { 0 } else { size as usize },
+            });
+        }
+        if local_bytes > 0 {
+            // SAFETY: MPI_Win_allocate_shared returned `local_bytes` writable bytes at `base`;
+            // no other rank writes them before the caller's next collective.
+            unsafe { ptr::write_bytes(base, 0, local_bytes) };
+        }
+        let win = (self.node_ranks.len() < self.size()).then(|| {
+            let mut win: ffi::MPI_Win = unsafe_win_null();
+            // SAFETY: `base` holds `local_bytes` bytes that stay allocated until `shm` is freed,
+            // after this window (Drop frees `win` first); collective over the world, SPMD order.
+            let rc = unsafe {
+                ffi::MPI_Win_create(
+                    base.cast(),
+                    local_bytes as ffi::MPI_Aint,
+                    1,
+                    ffi::RSMPI_INFO_NULL,
+                    self.world.as_raw(),
+                    &mut win,
+                )
+            };
+            assert_eq!(rc, 0, "MPI_Win_create failed");
+            // SAFETY: as for `shm`.
+            let rc = unsafe { ffi::MPI_Win_lock_all(0, win) };
+            assert_eq!(rc, 0, "MPI_Win_lock_all failed");
+            win
+        });
+        MpiWindow {
+            win,
+            shm: Some(shm),
+            base,
+            len: local_bytes,
+            rank: self.rank(),
+            peers,
+        }
+    }
+
+    fn allocate(&self, local_bytes: usize) -> (ffi::MPI_Win, *mut u8) {
         let mut base: *mut u8 = ptr::null_mut();
         let mut win: ffi::MPI_Win = unsafe_win_null();
         // SAFETY: `base` and `win` are valid out-pointers; the communicator is MPI_COMM_WORLD's
@@ -174,12 +293,7 @@ impl MpiComm {
             // SAFETY: MPI_Win_allocate returned `local_bytes` writable bytes at `base`.
             unsafe { ptr::write_bytes(base, 0, local_bytes) };
         }
-        MpiWindow {
-            win,
-            base,
-            len: local_bytes,
-            rank: self.rank(),
-        }
+        (win, base)
     }
 }
 
@@ -225,12 +339,24 @@ pub fn abort_world(code: i32) -> ! {
     std::process::exit(code)
 }
 
-/// One RMA window: this rank's bytes plus the handle to read other ranks' bytes.
+/// One RMA window: this rank's bytes plus the handles to read other ranks' bytes.
 pub struct MpiWindow {
-    win: ffi::MPI_Win,
+    /// Over the world; `None` for a node-shared window of a job on one node.
+    win: Option<ffi::MPI_Win>,
+    /// The node-shared window, if any.
+    shm: Option<ffi::MPI_Win>,
     base: *mut u8,
     len: usize,
     rank: usize,
+    /// With a node-shared window: every rank of the node (this one included) and its bytes.
+    peers: Vec<Peer>,
+}
+
+/// A rank of the node and where its window bytes are mapped in this process.
+struct Peer {
+    rank: usize,
+    base: *mut u8,
+    len: usize,
 }
 
 impl MpiWindow {
@@ -238,8 +364,10 @@ impl MpiWindow {
         if self.len == 0 {
             return &[];
         }
-        // SAFETY: `base` points to `len` bytes allocated by MPI_Win_allocate and owned by this
-        // window until Drop. Remote ranks only read this memory (MPI_Get), never write it.
+        // SAFETY: `base` points to `len` bytes allocated by MPI and owned by this window until
+        // Drop. Other ranks read this memory concurrently, and with a node-shared window may
+        // write it (HOGWILD, the documented contract; the trainer does so only between its
+        // barriers, see `train`).
         unsafe { std::slice::from_raw_parts(self.base, self.len) }
     }
 
@@ -252,10 +380,29 @@ impl MpiWindow {
         unsafe { std::slice::from_raw_parts_mut(self.base, self.len) }
     }
 
-    /// Make local stores visible to remote readers (separate memory model).
+    /// The node's rows as one span of this process's memory: `(base, bytes, offset of each
+    /// node rank's bytes from base)`, or `None` when the window is not node-shared.
+    pub fn node_span(&self) -> Option<super::NodeSpan> {
+        let mapped = self.peers.iter().filter(|p| p.len > 0);
+        let lo = mapped.clone().map(|p| p.base as usize).min()?;
+        let hi = mapped.map(|p| p.base as usize + p.len).max()?;
+        Some(super::NodeSpan {
+            base: lo as *mut u8,
+            len: hi - lo,
+            offsets: self
+                .peers
+                .iter()
+                .map(|p| (p.rank, if p.len > 0 { p.base as usize - lo } else { 0 }))
+                .collect(),
+        })
+    }
+
+    /// Make local stores visible to other ranks (separate memory model).
     pub fn sync(&self) {
-        // SAFETY: `win` is a live window inside its lock_all epoch.
-        unsafe { ffi::MPI_Win_sync(self.win) };
+        for w in self.win.iter().chain(&self.shm) {
+            // SAFETY: `w` is a live window inside its lock_all epoch.
+            unsafe { ffi::MPI_Win_sync(*w) };
+        }
     }
 
     pub fn get_rows(
@@ -271,15 +418,33 @@ impl MpiWindow {
         let mut targets = Vec::new();
         let mut displs: Vec<ffi::MPI_Aint> = Vec::new();
         for &(owner, rows) in requests {
-            if owner == self.rank {
-                let local = self.local();
+            let mapped = if owner == self.rank {
+                Some((self.base, self.len))
+            } else {
+                self.peers
+                    .iter()
+                    .find(|p| p.rank == owner)
+                    .map(|p| (p.base, p.len))
+            };
+            if let Some((base, len)) = mapped {
                 for &r in rows {
                     let s = r as usize * row_bytes;
-                    out[off..off + row_bytes].copy_from_slice(&local[s..s + row_bytes]);
+                    assert!(s + row_bytes <= len, "row {r} of rank {owner} is out of range");
+                    // SAFETY: the row lies inside the owner's `len` mapped bytes (checked), and
+                    // `out` has room (checked above). The owner may be writing it meanwhile
+                    // (the HOGWILD contract, as with MPI_Get).
+                    unsafe {
+                        ptr::copy_nonoverlapping(
+                            base.add(s),
+                            out[off..off + row_bytes].as_mut_ptr(),
+                            row_bytes,
+                        )
+                    };
                     off += row_bytes;
                 }
                 continue;
             }
+            let win = self.win.expect("a rank off this node has a world window");
             for chunk in rows.chunks(request_batch) {
                 displs.clear();
                 displs.extend(
@@ -310,7 +475,7 @@ impl MpiWindow {
                         0,
                         1,
                         dtype,
-                        self.win,
+                        win,
                     );
                     ffi::MPI_Type_free(&mut dtype);
                 }
@@ -319,9 +484,10 @@ impl MpiWindow {
             targets.push(owner);
         }
         for t in targets {
+            let win = self.win.expect("targets off this node imply a world window");
             // SAFETY: `win` is live and in a lock_all epoch; flushing completes the gets to `t`,
             // after which `out` holds their data.
-            unsafe { ffi::MPI_Win_flush(t as c_int, self.win) };
+            unsafe { ffi::MPI_Win_flush(t as c_int, win) };
         }
     }
 }
@@ -333,11 +499,14 @@ fn byte_type() -> ffi::MPI_Datatype {
 
 impl Drop for MpiWindow {
     fn drop(&mut self) {
-        // SAFETY: closes the epoch opened in `window` and frees the window; collective, and
-        // windows are dropped in the same order on every rank (SPMD).
-        unsafe {
-            ffi::MPI_Win_unlock_all(self.win);
-            ffi::MPI_Win_free(&mut self.win);
+        // The world window first: it may expose the shared window's memory.
+        for w in self.win.iter_mut().chain(self.shm.iter_mut()) {
+            // SAFETY: closes the epoch opened in `window` and frees the window; collective, and
+            // windows are dropped in the same order on every rank (SPMD).
+            unsafe {
+                ffi::MPI_Win_unlock_all(*w);
+                ffi::MPI_Win_free(w);
+            }
         }
     }
 }
