@@ -125,6 +125,11 @@ pub struct RawTrain {
     /// negatives shared by the window, one dense block) or pair (word2vec's pair by pair)
     #[arg(long, value_enum)]
     pub kernel: Option<Kernel>,
+    /// Rows of the ranks on one node: shared (default; each rank maps the others' rows and
+    /// hogwild updates them in place, only other nodes' rows are fetched and pushed) or private
+    /// (every rank's rows only through one-sided reads; hogwild runs reproduce for a seed)
+    #[arg(long, value_enum)]
+    pub node_memory: Option<NodeMemory>,
     /// Compute threads per rank (default: all cores / ranks on the node)
     #[arg(long)]
     pub threads: Option<usize>,
@@ -210,6 +215,7 @@ struct FileEmbedding {
 struct FileStorage {
     scheme: Option<String>,
     max_memory: Option<String>,
+    node_memory: Option<NodeMemory>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -293,6 +299,7 @@ impl RawTrain {
             request_batch_size: f.compute.request_batch_size,
             shared_negatives: f.compute.shared_negatives,
             kernel: f.compute.kernel,
+            node_memory: f.storage.node_memory,
             threads: f.compute.threads,
             update: f.compute.update,
             max_staleness: f.compute.max_staleness,
@@ -337,6 +344,7 @@ impl RawTrain {
             request_batch_size,
             shared_negatives,
             kernel,
+            node_memory,
             threads,
             update,
             max_staleness,
@@ -381,6 +389,7 @@ pub struct TrainConfig {
     pub request_batch_size: usize,
     pub shared_negatives: usize,
     pub kernel: Kernel,
+    pub node_memory: NodeMemory,
     pub threads: usize,
     /// Resolved: never `Auto`.
     pub update: Update,
@@ -419,6 +428,17 @@ pub enum Kernel {
     Token,
     /// Pair by pair with k negatives each, in word2vec's order.
     Pair,
+}
+
+/// Whether the ranks of one node share their rows (`--node-memory`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeMemory {
+    /// One node-shared window per matrix (`MPI_Win_allocate_shared`): a rank reads and updates
+    /// the rows of its node's ranks in place.
+    Shared,
+    /// Every rank's rows are its own; other ranks read them one-sidedly.
+    Private,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -585,6 +605,7 @@ impl TrainConfig {
             request_batch_size: r.request_batch_size.unwrap_or(4096),
             shared_negatives: r.shared_negatives.unwrap_or(1),
             kernel: r.kernel.unwrap_or(Kernel::Token),
+            node_memory: r.node_memory.unwrap_or(NodeMemory::Shared),
             threads: r
                 .threads
                 .unwrap_or_else(|| (cores / ranks_on_this_node()).max(1)),
@@ -886,6 +907,22 @@ mod tests {
         );
         let e = RawTrain::from_toml_str("[compute]\nkernel = \"tokens\"\n").unwrap_err();
         assert!(e.contains("tokens"), "{e}");
+    }
+
+    #[test]
+    fn node_memory_defaults_to_shared_and_reads_from_the_file() {
+        let mode = |r: RawTrain| TrainConfig::from_raw(r).map(|c| c.node_memory).unwrap();
+        assert_eq!(mode(raw()), NodeMemory::Shared);
+        let file = RawTrain::from_toml_str("[storage]\nnode_memory = \"private\"\n").unwrap();
+        assert_eq!(
+            mode(RawTrain {
+                graph: Some("g.h5".into()),
+                ..file
+            }),
+            NodeMemory::Private
+        );
+        let e = RawTrain::from_toml_str("[storage]\nnode_memory = \"yes\"\n").unwrap_err();
+        assert!(e.contains("yes"), "{e}");
     }
 
     #[test]

@@ -132,6 +132,15 @@ unsafe impl Send for SharedRows {}
 unsafe impl Sync for SharedRows {}
 
 impl SharedRows {
+    /// The number of f32 cells.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// The cells (row r is `cells[r * dim..(r + 1) * dim]`, f32 bits).
     ///
     /// # Safety
@@ -159,10 +168,40 @@ pub struct Shard {
     pub state_per_row: usize,
 }
 
+/// The rows a rank's pool updates in place (HOGWILD): its own, and with a node-shared window
+/// those of every rank on its node, as one array of f32 cells.
+#[derive(Clone)]
+pub struct InPlaceRows {
+    pub cells: SharedRows,
+    /// Per world rank, the first row of its rows in `cells`; `None` for a rank on another node
+    /// (its rows are fetched, updated in a copy and pushed back as deltas).
+    pub first_row: Vec<Option<u32>>,
+}
+
+impl InPlaceRows {
+    /// Whether every rank's rows are in `cells` (a job on one node).
+    pub fn all(&self) -> bool {
+        self.first_row.iter().all(Option::is_some)
+    }
+}
+
 impl Shard {
-    /// Collective: allocate the window (every rank, same order) and the optimizer state.
-    pub fn new(comm: &Comm, rows: usize, dim: usize, dtype: Dtype, opt: Optimizer) -> Shard {
-        let window = comm.window(rows * dim * dtype.size());
+    /// Collective: allocate the window (every rank, same order) and the optimizer state. With
+    /// `node_shared`, the node's ranks share their windows ([`Comm::node_window`]).
+    pub fn new(
+        comm: &Comm,
+        rows: usize,
+        dim: usize,
+        dtype: Dtype,
+        opt: Optimizer,
+        node_shared: bool,
+    ) -> Shard {
+        let bytes = rows * dim * dtype.size();
+        let window = if node_shared {
+            comm.node_window(bytes)
+        } else {
+            comm.window(bytes)
+        };
         let spr = opt.state_per_row(dim);
         Shard {
             window,
@@ -290,18 +329,36 @@ impl Shard {
         )
     }
 
-    /// Add f32 deltas to local rows (pushed HOGWILD updates): each is (local row, delta).
-    pub fn add_deltas<'g>(&mut self, deltas: impl IntoIterator<Item = (u32, &'g [f32])>) {
-        let (dtype, dim, rb) = (self.dtype, self.dim, self.row_bytes());
-        self.window.with_local_mut(|bytes| {
-            let mut w = vec![0f32; dim];
-            for (r, d) in deltas {
-                let row = &mut bytes[r as usize * rb..(r as usize + 1) * rb];
-                decode_row(dtype, row, &mut w);
-                w.iter_mut().zip(d).for_each(|(a, b)| *a += b);
-                encode_row(dtype, &w, row);
-            }
-        });
+    /// The rows this rank updates in place (f32 rows only): with `node` the node-shared span
+    /// (`None` when the window has none or its layout does not fit f32 rows), else its own.
+    /// Valid as [`Shard::shared_rows`].
+    pub fn in_place_rows(&mut self, me: usize, ranks: usize, node: bool) -> Option<InPlaceRows> {
+        let rb = self.row_bytes();
+        let mut first_row = vec![None; ranks];
+        if !node {
+            first_row[me] = Some(0);
+            return self
+                .shared_rows()
+                .map(|cells| InPlaceRows { cells, first_row });
+        }
+        let span = self.window.node_span()?;
+        let fits = self.dtype == Dtype::F32
+            && span.base.align_offset(std::mem::align_of::<AtomicU32>()) == 0
+            && span.len / rb <= u32::MAX as usize
+            && span.offsets.iter().all(|&(r, o)| o % rb == 0 && r < ranks);
+        if !fits {
+            return None;
+        }
+        for &(r, o) in &span.offsets {
+            first_row[r] = Some((o / rb) as u32);
+        }
+        Some(InPlaceRows {
+            cells: SharedRows {
+                ptr: span.base.cast::<AtomicU32>(),
+                len: span.len / 4,
+            },
+            first_row,
+        })
     }
 
     /// Apply gradient rows: each update is (local row, its gradient).

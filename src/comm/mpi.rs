@@ -429,7 +429,10 @@ impl MpiWindow {
             if let Some((base, len)) = mapped {
                 for &r in rows {
                     let s = r as usize * row_bytes;
-                    assert!(s + row_bytes <= len, "row {r} of rank {owner} is out of range");
+                    assert!(
+                        s + row_bytes <= len,
+                        "row {r} of rank {owner} is out of range"
+                    );
                     // SAFETY: the row lies inside the owner's `len` mapped bytes (checked), and
                     // `out` has room (checked above). The owner may be writing it meanwhile
                     // (the HOGWILD contract, as with MPI_Get).
@@ -484,7 +487,9 @@ impl MpiWindow {
             targets.push(owner);
         }
         for t in targets {
-            let win = self.win.expect("targets off this node imply a world window");
+            let win = self
+                .win
+                .expect("targets off this node imply a world window");
             // SAFETY: `win` is live and in a lock_all epoch; flushing completes the gets to `t`,
             // after which `out` holds their data.
             unsafe { ffi::MPI_Win_flush(t as c_int, win) };

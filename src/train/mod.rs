@@ -17,7 +17,7 @@ use rustc_hash::FxHashMap;
 
 use crate::checkpoint::{self, Cursor, Restored, Snapshot, Writing};
 use crate::comm::{Comm, ReduceOp};
-use crate::config::{Every, FaultKind, Kernel, Model, OnNan, TrainConfig, Update};
+use crate::config::{Every, FaultKind, Kernel, Model, NodeMemory, OnNan, TrainConfig, Update};
 use crate::error::{Error, Result};
 use crate::graph::{csr, LocalGraph, NodeId};
 use crate::model::sgns;
@@ -27,7 +27,7 @@ use crate::sample::walk::{Segments, WalkEngine, WalkParams};
 use crate::sample::{rng_for, Rng};
 use crate::spmd::{agree, fatal};
 use crate::stats::{human_bytes, peak_rss_bytes, RankMetrics, Timer};
-use crate::store::{decode_row, OptParams, Shard, SharedRows};
+use crate::store::{decode_row, InPlaceRows, OptParams, Shard};
 
 /// Matrix ids: 0 holds vertex (input) rows, 1 context (output) rows.
 const VERTEX: usize = 0;
@@ -65,8 +65,9 @@ pub struct Trainer<'a> {
     refresh_now: bool,
     ckpt: Option<Checkpointing>,
     resumed: Option<Restored>,
-    /// `--update hogwild`: every matrix's rows as cells the pool updates in place.
-    shared: Option<Vec<SharedRows>>,
+    /// `--update hogwild`: every matrix's rows the pool updates in place (this rank's, or with
+    /// `--node-memory shared` those of every rank on its node).
+    shared: Option<Vec<InPlaceRows>>,
 }
 
 /// Checkpoint bookkeeping of a run with --checkpoint-dir.
@@ -174,9 +175,11 @@ impl<'a> Trainer<'a> {
     pub fn new(comm: &'a Comm, cfg: &'a TrainConfig, g: &'a LocalGraph) -> Result<Self> {
         let rows = g.num_local();
         let one_matrix = cfg.model == Model::Line && cfg.order == 1;
-        let mut shards = vec![Shard::new(comm, rows, cfg.dim, cfg.dtype, cfg.optimizer)];
+        let node_shared = cfg.node_memory == NodeMemory::Shared;
+        let shard = || Shard::new(comm, rows, cfg.dim, cfg.dtype, cfg.optimizer, node_shared);
+        let mut shards = vec![shard()];
         if !one_matrix {
-            shards.push(Shard::new(comm, rows, cfg.dim, cfg.dtype, cfg.optimizer));
+            shards.push(shard());
         }
         // gensim 4's init: vertex rows uniform in [-1/d, 1/d] (word2vec C uses half that; the
         // wider range gave +0.2-0.3 Micro-F1 and +0.4-0.7 Macro-F1 on BlogCatalog 10 x 80, mean of
@@ -232,8 +235,31 @@ impl<'a> Trainer<'a> {
             shared: None,
         })
         .map(|mut t| {
-            if cfg.update == Update::Hogwild && rows < sgns::REMOTE as usize {
-                t.shared = t.shards.iter_mut().map(Shard::shared_rows).collect();
+            if cfg.update == Update::Hogwild {
+                // Every rank takes the node-shared rows, or every rank its own: whether a batch
+                // needs the fetch and push exchanges must be the same on all of them.
+                let (me, n) = (comm.rank(), comm.size());
+                let fits = |r: &Option<InPlaceRows>| {
+                    r.as_ref()
+                        .is_some_and(|r| r.cells.len() / cfg.dim < sgns::REMOTE as usize)
+                };
+                let mut ok = [0u64; 2];
+                for (i, node) in [false, true].into_iter().enumerate() {
+                    let all = t
+                        .shards
+                        .iter_mut()
+                        .all(|s| fits(&s.in_place_rows(me, n, node)));
+                    ok[i] = u64::from(all && (!node || node_shared));
+                }
+                let ok = comm.all_reduce_u64(&ok, ReduceOp::Min);
+                if ok[0] == 1 {
+                    let node = ok[1] == 1;
+                    t.shared = t
+                        .shards
+                        .iter_mut()
+                        .map(|s| s.in_place_rows(me, n, node))
+                        .collect();
+                }
             }
             t
         })
@@ -695,21 +721,27 @@ impl<'a> Trainer<'a> {
         let (dim, k, window) = (cfg.dim, cfg.negatives as usize, cfg.window);
         let t = Timer::start();
         let tm = self.target_matrix as u64;
-        let me = comm.rank();
         let part = &g.part;
+        let in_place = self
+            .shared
+            .clone()
+            .expect("hogwild_step needs rows to update in place");
         let remote_slot = &mut self.remote_slot;
         remote_slot.clear();
         let mut keys: Vec<u64> = Vec::new();
+        // A row of this node is referenced by its place in the in-place cells (no copy, no
+        // deduplication); a row of another node gets a slot in the fetch buffer.
         let mut refer = |key: u64| -> u32 {
             let (owner, row) = part.locate(key >> 1);
-            if owner == me {
-                row as u32
-            } else {
-                sgns::REMOTE
-                    | *remote_slot.entry(key).or_insert_with(|| {
-                        keys.push(key);
-                        (keys.len() - 1) as u32
-                    })
+            match in_place[(key & 1) as usize].first_row[owner] {
+                Some(first) => first + row as u32,
+                None => {
+                    sgns::REMOTE
+                        | *remote_slot.entry(key).or_insert_with(|| {
+                            keys.push(key);
+                            (keys.len() - 1) as u32
+                        })
+                }
             }
         };
         let planned = match work {
@@ -729,7 +761,7 @@ impl<'a> Trainer<'a> {
                 plan_segments(segs, k, tm, &self.neg, &mut self.rng, &mut refer)
             }
         };
-        // Rows read in place: every local reference (a row may be read by several pairs).
+        // Rows read in place: every reference to this node (a row may be read by several pairs).
         self.m.local_rows += planned
             .references()
             .filter(|&&r| r & sgns::REMOTE == 0)
@@ -744,7 +776,8 @@ impl<'a> Trainer<'a> {
             self.finish(prev, lr);
         }
         let t = Timer::start();
-        let ranks = comm.size() > 1;
+        // With every rank's rows in place (one node, node-shared rows) nothing is fetched.
+        let ranks = comm.size() > 1 && !in_place[VERTEX].all();
         if ranks {
             comm.barrier();
         }
@@ -765,11 +798,7 @@ impl<'a> Trainer<'a> {
         }
         self.m.seconds.fetch += t.secs();
 
-        let shared = self
-            .shared
-            .as_ref()
-            .expect("hogwild_step needs shared rows");
-        let (centers, targets) = (shared[VERTEX], shared[self.target_matrix]);
+        let (centers, targets) = (in_place[VERTEX].cells, in_place[self.target_matrix].cells);
         let (tx, rx) = std::sync::mpsc::channel();
         let npairs = planned.pairs();
         self.pool.spawn(move || {
@@ -817,9 +846,17 @@ impl<'a> Trainer<'a> {
     }
 
     /// Apply the batch still in flight, if any (end of training).
+    /// Collective when rows are node-shared: returns when no rank of the node updates rows.
     pub fn drain(&mut self, lr: f32) {
         if let Some(prev) = self.pending.take() {
             self.finish(prev, lr);
+        }
+        let shared_node = self
+            .shared
+            .as_ref()
+            .is_some_and(|s| s[VERTEX].first_row.iter().filter(|f| f.is_some()).count() > 1);
+        if shared_node {
+            self.comm.barrier();
         }
     }
 
@@ -921,7 +958,12 @@ impl<'a> Trainer<'a> {
             }
         }
         self.m.push_bytes_sent += send.iter().map(|b| b.len() as u64).sum::<u64>();
-        let recv = comm.all_to_all_v(send);
+        // Hogwild on one node with node-shared rows: every row was updated in place.
+        let recv = if self.shared.as_ref().is_some_and(|s| s[VERTEX].all()) {
+            vec![Vec::new(); comm.size()]
+        } else {
+            comm.all_to_all_v(send)
+        };
         self.m.push_bytes_received += recv.iter().map(|b| b.len() as u64).sum::<u64>();
         self.m.seconds.push += t.secs();
 
@@ -949,16 +991,21 @@ impl<'a> Trainer<'a> {
                 );
             }
         }
-        if self.shared.is_some() {
-            // Hogwild: local rows were updated in place; received rows are deltas.
-            for (m, shard) in self.shards.iter_mut().enumerate() {
-                shard.add_deltas(
-                    theirs[m]
-                        .0
-                        .iter()
-                        .copied()
-                        .zip(theirs[m].1.chunks_exact(dim)),
-                );
+        if let Some(in_place) = &self.shared {
+            // Hogwild: this node's rows were updated in place; received rows are deltas, added
+            // as the pool adds (relaxed atomics: the node's other ranks may update them now).
+            use std::sync::atomic::Ordering::Relaxed;
+            for (m, rows) in in_place.iter().enumerate() {
+                let first = rows.first_row[me].expect("a rank's own rows are in place") as usize;
+                // SAFETY: the shards outlive this call, and no pool task of this rank is running
+                // (the batch was received above), so nothing holds `&mut` to the window.
+                let cells = unsafe { rows.cells.cells() };
+                for (&r, d) in theirs[m].0.iter().zip(theirs[m].1.chunks_exact(dim)) {
+                    let at = (first + r as usize) * dim;
+                    for (c, x) in cells[at..at + dim].iter().zip(d) {
+                        c.store((f32::from_bits(c.load(Relaxed)) + x).to_bits(), Relaxed);
+                    }
+                }
             }
             self.m.seconds.apply += t.secs();
             self.m.steps += 1;
