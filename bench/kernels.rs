@@ -11,7 +11,7 @@ use graphscale::config::Dtype;
 use graphscale::model::sgns;
 use graphscale::sample::alias::AliasTable;
 use graphscale::sample::rng_for;
-use graphscale::store::{decode_row, encode_row};
+use graphscale::store::{decode_row, encode_row, OptParams};
 
 /// `n` uniform (center, context) pairs and `k` uniform negatives each over `rows` rows.
 fn random_batch(
@@ -229,6 +229,7 @@ fn walks_and_rows(c: &mut Criterion) {
                 dim,
                 dt,
                 graphscale::config::Optimizer::Sgd,
+                false,
             );
             let idx: Vec<u32> = (0..batch).map(|_| rng.random_range(0..n as u32)).collect();
             let rb = shard.row_bytes();
@@ -244,9 +245,11 @@ fn walks_and_rows(c: &mut Criterion) {
                     }
                 })
             });
-            let delta = vec![1e-3f32; dim];
+            // The owner-side SGD step of the batched path: decode, add, encode per row.
+            let grad = vec![1e-3f32; dim];
+            let sgd = OptParams::new(graphscale::config::Optimizer::Sgd, 0.0);
             group.bench_function(format!("scatter_add_{dt:?}"), |b| {
-                b.iter(|| shard.add_deltas(idx.iter().map(|&r| (r, delta.as_slice()))))
+                b.iter(|| shard.apply(&sgd, 1.0, idx.iter().map(|&r| (r, grad.as_slice()))))
             });
         }
         group.finish();

@@ -412,8 +412,8 @@ mod tests {
         for (k, r) in [5u32, 17, 250].into_iter().enumerate() {
             ups.push((r, &grads[(300 + k) * dim..(301 + k) * dim]));
         }
-        let mut a = Shard::new(comm, rows, dim, Dtype::F16, Optimizer::Adagrad);
-        let mut b = Shard::new(comm, rows, dim, Dtype::F16, Optimizer::Adagrad);
+        let mut a = Shard::new(comm, rows, dim, Dtype::F16, Optimizer::Adagrad, false);
+        let mut b = Shard::new(comm, rows, dim, Dtype::F16, Optimizer::Adagrad, false);
         let init = |r: usize, out: &mut [f32]| {
             out.iter_mut()
                 .enumerate()
