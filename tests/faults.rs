@@ -178,13 +178,14 @@ fn checkpoints_reshard_exactly_across_rank_counts() {
     assert_eq!(rows(&out), rows(&second), "2 -> 3: re-sharded rows differ");
 }
 
-/// Batched updates are reproducible at any thread count; hogwild ones (like word2vec's) only
-/// with one thread per rank, since threads race on shared rows.
+/// Batched updates are reproducible at any thread count (node-shared rows are read in place
+/// then); hogwild ones (like word2vec's) only with one thread per rank and private rows, since
+/// threads, and with node-shared rows the node's ranks, race on rows.
 #[test]
 fn a_seed_reproduces_a_run_at_a_fixed_rank_count() {
     let d = tmp();
     let (g, _) = sbm(d.path(), 400, 4);
-    for (update, threads) in [("batched", "2"), ("hogwild", "1")] {
+    for (update, threads, memory) in [("batched", "2", "shared"), ("hogwild", "1", "private")] {
         let outs: Vec<_> = ["a", "b", "c"]
             .iter()
             .map(|n| p(d.path(), &format!("{update}-{n}.h5")))
@@ -192,6 +193,7 @@ fn a_seed_reproduces_a_run_at_a_fixed_rank_count() {
         for (out, seed) in outs.iter().zip(["7", "7", "8"]) {
             let mut a = train_args(s(&g), s(out));
             a.extend_from_slice(&["--seed", seed, "--threads", threads, "--update", update]);
+            a.extend_from_slice(&["--node-memory", memory]);
             let o = mpirun(2, 120, &a);
             assert_eq!(o.code, 0, "{}", o.all());
         }

@@ -95,6 +95,18 @@ fn fetched_rows_equal_the_owners_rows() {
         assert_eq!(o.code, 0, "{}", o.all());
         assert!(o.stdout.contains("fetched rows verified"), "{}", o.stdout);
     }
+    // Ranks grouped two by two into "nodes": rows of the node are copied from the shared
+    // window, rows of the other node read with MPI_Get (rank 2 is alone on its node).
+    for ranks in [3, 4] {
+        let o = mpirun_env(
+            ranks,
+            90,
+            &["GRAPHSCALE_RANKS_PER_NODE=2"],
+            &["selftest", "rma", "--rows", "3000", "--rounds", "30"],
+        );
+        assert_eq!(o.code, 0, "{ranks} ranks, 2 per node: {}", o.all());
+        assert!(o.stdout.contains("fetched rows verified"), "{}", o.stdout);
+    }
 }
 
 #[test]
@@ -239,5 +251,54 @@ fn node2vec_line_and_reduced_precision_train_under_mpi() {
     for extra in cases {
         let f1 = train_and_score(3, &g, &l, d.path(), extra);
         assert!(f1 >= 0.9, "{extra:?}: Micro-F1 {f1}");
+    }
+}
+
+/// Hogwild with node-shared rows: on one node nothing is fetched or pushed; across "nodes"
+/// (ranks grouped two by two) only the other node's rows are; either way training works.
+#[test]
+fn node_shared_rows_are_updated_in_place_and_other_nodes_fetched() {
+    let d = tmp();
+    let (g, l) = sbm(d.path(), 1200, 4);
+    let cases: [(usize, &[&str], &[&str], bool); 3] = [
+        (2, &[], &[], false),
+        (2, &[], &["--node-memory", "private"], true),
+        (4, &["GRAPHSCALE_RANKS_PER_NODE=2"], &[], true),
+    ];
+    for (i, &(ranks, env, extra, fetches)) in cases.iter().enumerate() {
+        let emb = p(d.path(), &format!("emb{i}.h5"));
+        let metrics = p(d.path(), &format!("m{i}.jsonl"));
+        let mut args = vec![
+            "--graph",
+            s(&g),
+            "--walks-per-node",
+            "5",
+            "--walk-length",
+            "20",
+            "--dim",
+            "32",
+            "--threads",
+            "1",
+            "-o",
+            s(&emb),
+            "--metrics",
+            s(&metrics),
+            "--comm-timeout",
+            "60",
+        ];
+        args.extend_from_slice(extra);
+        let o = mpirun_env(ranks, 240, env, &args);
+        assert_eq!(o.code, 0, "case {i}: {}", o.all());
+        let text = std::fs::read_to_string(&metrics).expect("metrics");
+        let remote: u64 = text
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).expect("json line");
+                v["remote_rows"].as_u64().expect("remote_rows")
+            })
+            .sum();
+        assert_eq!(remote > 0, fetches, "case {i}: {remote} remote rows");
+        let f1 = micro_f1(&emb, &l);
+        assert!(f1 >= 0.9, "case {i}: Micro-F1 {f1}");
     }
 }

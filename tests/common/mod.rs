@@ -41,6 +41,11 @@ pub fn run(secs: u32, args: &[&str]) -> Out {
 /// Run the binary under `mpirun --oversubscribe -n ranks`, killed after `secs`.
 /// `timeout` exits 124 when it had to kill the job: tests assert on the code, so a hang fails.
 pub fn mpirun(ranks: usize, secs: u32, args: &[&str]) -> Out {
+    mpirun_env(ranks, secs, &[], args)
+}
+
+/// As [`mpirun`], with `VAR=value` settings exported to every rank (`mpirun -x`).
+pub fn mpirun_env(ranks: usize, secs: u32, env: &[&str], args: &[&str]) -> Out {
     let mut c = Command::new("timeout");
     c.args([
         "-k",
@@ -50,12 +55,15 @@ pub fn mpirun(ranks: usize, secs: u32, args: &[&str]) -> Out {
         "--oversubscribe",
         "-n",
         &ranks.to_string(),
-        BIN,
-    ])
-    .args(args)
-    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    .env("OMPI_MCA_mpi_yield_when_idle", "1");
+    ]);
+    for e in env {
+        c.args(["-x", e]);
+    }
+    c.arg(BIN)
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_mpi_yield_when_idle", "1");
     finish(c)
 }
 
