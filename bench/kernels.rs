@@ -200,6 +200,7 @@ fn walks_and_rows(c: &mut Criterion) {
                 node2vec,
                 in_flight: 32,
                 local_steps: 80,
+                node_walks: false,
             };
             let mut wrng = rng_for(5, 0, 3);
             let mut e = WalkEngine::new(&comm, &g, params, 0.0, &mut wrng);

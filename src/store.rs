@@ -345,11 +345,11 @@ impl Shard {
         let fits = self.dtype == Dtype::F32
             && span.base.align_offset(std::mem::align_of::<AtomicU32>()) == 0
             && span.len / rb <= u32::MAX as usize
-            && span.offsets.iter().all(|&(r, o)| o % rb == 0 && r < ranks);
+            && span.parts.iter().all(|&(r, o, _)| o % rb == 0 && r < ranks);
         if !fits {
             return None;
         }
-        for &(r, o) in &span.offsets {
+        for &(r, o, _) in &span.parts {
             first_row[r] = Some((o / rb) as u32);
         }
         Some(InPlaceRows {

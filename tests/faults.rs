@@ -86,7 +86,11 @@ fn a_killed_run_resumes_from_its_last_checkpoint_to_full_quality() {
         let fault = format!("rank={rank},step={step},kind=kill");
         let seed_s = seed.to_string();
         let mut args = train_args(s(&g), s(&out));
+        // Small steps: each rank of the node walks whole walks (node-shared rows), so the
+        // default batch would end the run before the later fault steps.
         args.extend_from_slice(&[
+            "--batch-size",
+            "2048",
             "--seed",
             &seed_s,
             "--checkpoint-dir",

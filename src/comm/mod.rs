@@ -211,11 +211,11 @@ pub enum Window {
 }
 
 /// The bytes of a node-shared window as this process maps them: one span holding every node
-/// rank's bytes, `offsets` giving (world rank, offset of its bytes from `base`).
+/// rank's bytes, `parts` giving (world rank, offset of its bytes from `base`, their length).
 pub struct NodeSpan {
     pub base: *mut u8,
     pub len: usize,
-    pub offsets: Vec<(usize, usize)>,
+    pub parts: Vec<(usize, usize, usize)>,
 }
 
 impl Window {
@@ -387,7 +387,7 @@ fn verify_rows(comm: &Comm, mut w: Window, rows: usize, rounds: usize) -> crate:
     comm.barrier();
     let mut verified = 0u64;
     if let Some(span) = w.node_span() {
-        for &(owner, at) in &span.offsets {
+        for &(owner, at, _) in &span.parts {
             let last = rows.saturating_sub(1);
             for r in [0, last] {
                 let o = at + (r * DIM + DIM - 1) * 4;

@@ -380,8 +380,8 @@ impl MpiWindow {
         unsafe { std::slice::from_raw_parts_mut(self.base, self.len) }
     }
 
-    /// The node's rows as one span of this process's memory: `(base, bytes, offset of each
-    /// node rank's bytes from base)`, or `None` when the window is not node-shared.
+    /// The node's bytes as one span of this process's memory, or `None` when the window is not
+    /// node-shared.
     pub fn node_span(&self) -> Option<super::NodeSpan> {
         let mapped = self.peers.iter().filter(|p| p.len > 0);
         let lo = mapped.clone().map(|p| p.base as usize).min()?;
@@ -389,10 +389,13 @@ impl MpiWindow {
         Some(super::NodeSpan {
             base: lo as *mut u8,
             len: hi - lo,
-            offsets: self
+            parts: self
                 .peers
                 .iter()
-                .map(|p| (p.rank, if p.len > 0 { p.base as usize - lo } else { 0 }))
+                .map(|p| {
+                    let at = if p.len > 0 { p.base as usize - lo } else { 0 };
+                    (p.rank, at, p.len)
+                })
                 .collect(),
         })
     }

@@ -5,6 +5,7 @@
 pub mod csr;
 pub mod generate;
 pub mod h5;
+pub mod node;
 pub mod partition;
 pub mod text;
 

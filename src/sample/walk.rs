@@ -18,6 +18,7 @@ use rand::{Rng as _, RngExt};
 
 use super::Rng;
 use crate::comm::Comm;
+use crate::graph::node::NodeGraph;
 use crate::graph::{LocalGraph, NodeId};
 
 const NONE: u64 = u64::MAX;
@@ -126,6 +127,9 @@ pub struct WalkParams {
     /// steps emit a walk's pairs back to back, as word2vec trains a sentence: the rows of a
     /// window are still in cache for the next token.
     pub local_steps: u32,
+    /// Walk on across the ranks of this node (their adjacency mapped here, `NodeGraph`)
+    /// instead of migrating to them; only steps to other nodes ship the walker.
+    pub node_walks: bool,
 }
 
 /// A superstep's walk output: segments of walks (a walker's `CARRY` waiting tokens, or its last
@@ -182,6 +186,28 @@ pub fn group_inputs(n: usize, h: usize, b: usize, w: u32) -> (usize, usize) {
     }
 }
 
+/// word2vec's subsampling of frequent tokens with the frequency of node v estimated from its
+/// degree: a 1/L share from being a start node plus, for the remaining steps, the stationary
+/// probability deg(v) / sum(deg).
+#[derive(Clone, Copy, Debug)]
+struct Keep {
+    subsample: f64,
+    sum_deg: f64,
+    nodes: f64,
+    length: f64,
+}
+
+impl Keep {
+    fn of(&self, degree: usize) -> f32 {
+        if self.subsample <= 0.0 {
+            return 1.0;
+        }
+        let (l, s) = (self.length, self.subsample);
+        let f = 1.0 / (l * self.nodes) + (l - 1.0) / l * degree as f64 / self.sum_deg;
+        (((f / s).sqrt() + 1.0) * s / f).min(1.0) as f32
+    }
+}
+
 pub struct WalkEngine {
     params: WalkParams,
     walkers: Vec<Walker>,
@@ -189,8 +215,12 @@ pub struct WalkEngine {
     order: Vec<u32>,
     next_start: u64,
     total_starts: u64,
+    /// Subsampling keep probability of each local node (`Keep::of` its degree).
     keep: Vec<f32>,
+    keep_rule: Keep,
     rank: usize,
+    /// With `node_walks`: the adjacency of this node's ranks.
+    node: Option<NodeGraph>,
     /// Test hook: every visit as (walker id, step, node).
     pub trace: Option<Vec<(u64, u32, u64)>>,
 }
@@ -209,21 +239,21 @@ impl WalkEngine {
         for i in (1..n).rev() {
             order.swap(i, rng.random_range(0..=i));
         }
-        // Token frequency of node v in the walk corpus: a 1/L share from being a start node plus,
-        // for the remaining steps, the stationary probability deg(v) / sum(deg).
-        let sum_deg = comm.sum_u64(g.local_entries()).max(1) as f64;
-        let nn = g.num_nodes() as f64;
-        let l = f64::from(params.walk_length);
-        let keep = (0..n)
-            .map(|i| {
-                if subsample <= 0.0 {
-                    return 1.0;
-                }
-                let f = 1.0 / (l * nn) + (l - 1.0) / l * g.degree(i) as f64 / sum_deg;
-                (((f / subsample).sqrt() + 1.0) * subsample / f).min(1.0) as f32
-            })
-            .collect();
+        let keep_rule = Keep {
+            subsample,
+            sum_deg: comm.sum_u64(g.local_entries()).max(1) as f64,
+            nodes: g.num_nodes() as f64,
+            length: f64::from(params.walk_length),
+        };
+        let keep = (0..n).map(|i| keep_rule.of(g.degree(i))).collect();
+        let node = if params.node_walks {
+            NodeGraph::new(comm, g)
+        } else {
+            None
+        };
         WalkEngine {
+            keep_rule,
+            node,
             total_starts: u64::from(params.walks_per_node) * n as u64,
             params,
             walkers: Vec::new(),
@@ -316,30 +346,40 @@ impl WalkEngine {
         let mut send = vec![Vec::new(); comm.size()];
         let mut asks: Vec<(usize, Walker, u64, f32)> = Vec::new();
         let walkers = std::mem::take(&mut self.walkers);
+        let node = self.node.as_ref();
         for mut w in walkers {
             let mut budget = self.params.local_steps.max(1);
             loop {
-                let local = g.part.local_index(w.cur);
+                let (owner, local) = g.part.locate(w.cur);
+                let (nb, cum) = adjacency(g, node, self.rank, owner, local)
+                    .expect("a walker stands on a node of this node's ranks");
                 if !w.visited {
                     if let Some(t) = &mut self.trace {
                         t.push((w.id, w.step, w.cur));
                     }
-                    self.visit(&mut w, local, rng, out_segs);
+                    let keep = if owner == self.rank {
+                        self.keep[local]
+                    } else {
+                        self.keep_rule.of(nb.len())
+                    };
+                    visit(&self.params, &mut w, keep, rng, out_segs);
                     out.tokens += 1;
                 }
-                if w.step >= self.params.walk_length || g.degree(local) == 0 {
-                    self.emit(&mut w, out_segs);
+                if w.step >= self.params.walk_length || nb.is_empty() {
+                    emit(&self.params, &mut w, out_segs);
                     out.finished += 1;
                     break;
                 }
-                match self.propose(g, &w, local, rng) {
+                match propose(&self.params, g, node, self.rank, &w, (nb, cum), rng) {
                     Move::Go(x) => {
                         budget -= 1;
-                        if budget > 0 && g.part.owner(x) == self.rank {
+                        let owner = g.part.owner(x);
+                        let here = owner == self.rank || node.is_some_and(|n| n.has(owner));
+                        if budget > 0 && here {
                             w.step_to(x);
                             continue;
                         }
-                        self.advance(g, w, x, &mut send);
+                        advance(g, w, x, &mut send);
                     }
                     Move::Retry => self.walkers.push(w),
                     Move::Ask(x, u) => asks.push((g.part.owner(w.prev), w, x, u)),
@@ -355,7 +395,7 @@ impl WalkEngine {
                 // answer says which of the two a(t, x) is.
                 let a = if yes { 1.0 } else { 1.0 / q };
                 if u < a {
-                    self.advance(g, w, x, &mut send);
+                    advance(g, w, x, &mut send);
                 } else {
                     self.walkers.push(w);
                 }
@@ -372,76 +412,103 @@ impl WalkEngine {
         out.active = self.walkers.len();
         out
     }
+}
 
-    /// Visit `w.cur`: unless subsampled away, add it to the walker's tokens; emit them once
-    /// `CARRY` wait.
-    fn visit(&self, w: &mut Walker, local: usize, rng: &mut Rng, out: &mut Segments) {
-        w.visited = true;
-        let keep = self.keep[local];
-        if keep < 1.0 && rng.random::<f32>() >= keep {
-            return;
-        }
-        let win = self.params.window - rng.random_range(0..self.params.window);
-        w.hist.push((w.cur, win));
-        if w.hist.len() - w.trained as usize >= CARRY {
-            self.emit(w, out);
-        }
+/// Visit `w.cur`: unless subsampled away (`keep`, its keep probability), add it to the walker's
+/// tokens; emit them once `CARRY` wait.
+fn visit(p: &WalkParams, w: &mut Walker, keep: f32, rng: &mut Rng, out: &mut Segments) {
+    w.visited = true;
+    if keep < 1.0 && rng.random::<f32>() >= keep {
+        return;
     }
-
-    /// Emit the walker's waiting tokens as a segment led by its trained context, and keep the
-    /// last `window` tokens as the context of what follows.
-    fn emit(&self, w: &mut Walker, out: &mut Segments) {
-        if w.hist.len() == w.trained as usize {
-            return;
-        }
-        out.segs.push((out.tokens.len() as u32, w.trained));
-        out.tokens.extend_from_slice(&w.hist);
-        let drop = w.hist.len().saturating_sub(self.params.window as usize);
-        w.hist.drain(..drop);
-        w.trained = w.hist.len() as u32;
+    let win = p.window - rng.random_range(0..p.window);
+    w.hist.push((w.cur, win));
+    if w.hist.len() - w.trained as usize >= CARRY {
+        emit(p, w, out);
     }
+}
 
-    fn propose(&self, g: &LocalGraph, w: &Walker, local: usize, rng: &mut Rng) -> Move {
-        let Some((p, q)) = self.params.node2vec else {
-            return Move::Go(pick_neighbor(g, local, rng));
-        };
-        let (ip, iq) = (1.0 / p, 1.0 / q);
-        let a_max = ip.max(1.0).max(iq);
-        if w.prev == NONE {
-            return Move::Go(pick_neighbor(g, local, rng));
-        }
-        for _ in 0..64 {
-            let x = pick_neighbor(g, local, rng);
-            let u = rng.random::<f32>() * a_max;
-            if x == w.prev {
-                if u < ip {
-                    return Move::Go(x);
-                }
-                continue;
-            }
-            // a(t, x) is 1 or 1/q: below both accepts, above both rejects, without asking.
-            if u < 1.0f32.min(iq) {
+/// Emit the walker's waiting tokens as a segment led by its trained context, and keep the
+/// last `window` tokens as the context of what follows.
+fn emit(p: &WalkParams, w: &mut Walker, out: &mut Segments) {
+    if w.hist.len() == w.trained as usize {
+        return;
+    }
+    out.segs.push((out.tokens.len() as u32, w.trained));
+    out.tokens.extend_from_slice(&w.hist);
+    let drop = w.hist.len().saturating_sub(p.window as usize);
+    w.hist.drain(..drop);
+    w.trained = w.hist.len() as u32;
+}
+
+/// The neighbours (and weight prefix sums) of `owner`'s local node `local`: from this rank's
+/// CSR, or mapped from another rank of the node; `None` for a rank of another node.
+#[inline]
+fn adjacency<'a>(
+    g: &'a LocalGraph,
+    node: Option<&'a NodeGraph>,
+    me: usize,
+    owner: usize,
+    local: usize,
+) -> Option<(&'a [NodeId], Option<&'a [f32]>)> {
+    if owner == me {
+        return Some((g.neighbors(local), g.cum_weights(local)));
+    }
+    node?.adjacency(owner, local)
+}
+
+type Adjacency<'a> = (&'a [NodeId], Option<&'a [f32]>);
+
+fn propose(
+    p: &WalkParams,
+    g: &LocalGraph,
+    node: Option<&NodeGraph>,
+    me: usize,
+    w: &Walker,
+    adj: Adjacency,
+    rng: &mut Rng,
+) -> Move {
+    let Some((p, q)) = p.node2vec else {
+        return Move::Go(pick_neighbor(adj, rng));
+    };
+    let (ip, iq) = (1.0 / p, 1.0 / q);
+    let a_max = ip.max(1.0).max(iq);
+    if w.prev == NONE {
+        return Move::Go(pick_neighbor(adj, rng));
+    }
+    let (po, pl) = g.part.locate(w.prev);
+    let prev = adjacency(g, node, me, po, pl);
+    for _ in 0..64 {
+        let x = pick_neighbor(adj, rng);
+        let u = rng.random::<f32>() * a_max;
+        if x == w.prev {
+            if u < ip {
                 return Move::Go(x);
             }
-            if u >= 1.0f32.max(iq) {
-                continue;
-            }
-            if g.part.owner(w.prev) == self.rank {
-                let yes = g.has_edge(g.part.local_index(w.prev), x);
-                if u < if yes { 1.0 } else { iq } {
-                    return Move::Go(x);
-                }
-                continue;
-            }
-            return Move::Ask(x, u);
+            continue;
         }
-        Move::Retry
+        // a(t, x) is 1 or 1/q: below both accepts, above both rejects, without asking.
+        if u < 1.0f32.min(iq) {
+            return Move::Go(x);
+        }
+        if u >= 1.0f32.max(iq) {
+            continue;
+        }
+        if let Some((t_nb, _)) = prev {
+            let yes = t_nb.binary_search(&x).is_ok();
+            if u < if yes { 1.0 } else { iq } {
+                return Move::Go(x);
+            }
+            continue;
+        }
+        return Move::Ask(x, u);
     }
+    Move::Retry
+}
 
-    fn advance(&self, g: &LocalGraph, mut w: Walker, x: u64, send: &mut [Vec<u8>]) {
-        w.step_to(x);
-        w.encode(&mut send[g.part.owner(x)]);
-    }
+fn advance(g: &LocalGraph, mut w: Walker, x: u64, send: &mut [Vec<u8>]) {
+    w.step_to(x);
+    w.encode(&mut send[g.part.owner(x)]);
 }
 
 enum Move {
@@ -452,9 +519,8 @@ enum Move {
 }
 
 #[inline]
-fn pick_neighbor(g: &LocalGraph, local: usize, rng: &mut Rng) -> u64 {
-    let nb = g.neighbors(local);
-    match g.cum_weights(local) {
+fn pick_neighbor((nb, cum): Adjacency, rng: &mut Rng) -> u64 {
+    match cum {
         None => nb[(((rng.next_u64() >> 32) * nb.len() as u64) >> 32) as usize],
         Some(c) => {
             let total = *c.last().expect("non-empty adjacency");
@@ -634,6 +700,7 @@ mod tests {
             node2vec,
             in_flight: 64,
             local_steps,
+            node_walks: false,
         }
     }
 

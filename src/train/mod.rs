@@ -432,12 +432,27 @@ impl<'a> Trainer<'a> {
 
     fn train_walks(&mut self) {
         let cfg = self.cfg;
-        // A walker keeps walking while its next node is on this rank (the whole walk on one
-        // rank), so it takes min(L, P / (P - 1)) steps per superstep on average when nodes are
-        // spread evenly over P ranks.
-        let ranks = self.comm.size() as f64;
-        let steps = if ranks > 1.0 {
-            (ranks / (ranks - 1.0)).min(f64::from(cfg.walk_length))
+        // With node-shared rows the node's ranks also share their adjacency: a walk continues
+        // across them and only moves to another node ship it. The job's "nodes" are counted
+        // as the sum over ranks of 1 / (ranks on its node).
+        let on_node = self.shared.as_ref().map_or(1, |s| {
+            s[VERTEX].first_row.iter().filter(|f| f.is_some()).count()
+        });
+        let node_walks = on_node > 1;
+        let parts = self
+            .comm
+            .all_reduce_f64(&[1.0 / on_node as f64], ReduceOp::Sum)[0]
+            .round();
+        // A walker keeps walking while its next node is on this rank (or node): the whole walk
+        // there, or min(L, P / (P - 1)) steps per superstep on average when nodes are spread
+        // evenly over P ranks (or nodes).
+        let spread = if node_walks {
+            parts
+        } else {
+            self.comm.size() as f64
+        };
+        let steps = if spread > 1.0 {
+            (spread / (spread - 1.0)).min(f64::from(cfg.walk_length))
         } else {
             f64::from(cfg.walk_length)
         };
@@ -448,13 +463,19 @@ impl<'a> Trainer<'a> {
             node2vec: (cfg.model == Model::Node2vec).then_some((cfg.p, cfg.q)),
             // A walker emits about window + 1 pairs per step. At most 1/16 of a rank's walks are
             // in flight, so that small graphs still get many optimizer steps.
-            // --batch-size is the global number of pairs per step: each rank keeps its share
-            // of walkers in flight, so the optimisation is the same at any rank count.
-            in_flight: ((cfg.batch_size.div_ceil(self.comm.size()) as f64
+            // --batch-size is the number of pairs per step of one copy of the rows: remote rows
+            // are copies as old as a step. With private rows every rank holds such copies and
+            // takes its share of walkers in flight, so the optimisation is the same at any rank
+            // count. With node-shared rows a node's ranks update one copy in place (nothing of
+            // the node is stale), so each rank takes its node's share: the ranks of one node
+            // step as single-rank jobs would (BlogCatalog, 4 ranks on one node: 5.3M pairs/s
+            // at the same Micro-F1, against 3.6M with a quarter of the walkers each).
+            in_flight: ((cfg.batch_size.div_ceil(spread as usize) as f64
                 / ((cfg.window as usize + 1) as f64 * steps)) as usize)
                 .min((self.g.num_local() * cfg.walks_per_node as usize).div_ceil(16))
                 .max(1),
             local_steps: cfg.walk_length,
+            node_walks,
         };
         let mut wrng = rng_for(cfg.seed, self.comm.rank(), 3);
         let mut engine = WalkEngine::new(self.comm, self.g, params, cfg.subsample, &mut wrng);

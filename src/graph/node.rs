@@ -1,0 +1,148 @@
+//! The adjacency of every rank on this node, mapped into this process: each rank copies its CSR
+//! into node-shared windows ([`Comm::node_window`]) once, after the load, and then reads the
+//! others' in place. A walk then continues across the node's ranks without migrating; only a
+//! step to a node owned by another node's rank ships the walker.
+//!
+//! The copy doubles the adjacency's memory on each rank (`--node-memory private` avoids it).
+
+use super::{LocalGraph, NodeId};
+use crate::comm::{Comm, Window};
+
+/// One node rank's CSR as mapped here.
+#[derive(Clone, Copy)]
+struct Mapped {
+    offsets: *const u64,
+    nodes: usize,
+    targets: *const NodeId,
+    entries: usize,
+    /// Null for unweighted graphs.
+    cum: *const f32,
+}
+
+/// The CSRs of this node's ranks. Immutable once built: every rank copied its CSR before the
+/// barrier in [`NodeGraph::new`] and nobody writes the windows again.
+pub struct NodeGraph {
+    /// Indexed by world rank; `None` for ranks of other nodes.
+    peers: Vec<Option<Mapped>>,
+    // Keeps the mapped memory alive (declared last: dropped after the pointers' last use).
+    _windows: [Window; 3],
+}
+
+// SAFETY: the pointers are read-only views into windows owned by `_windows`, whose memory is
+// never written after construction; sharing them between threads is sharing immutable data.
+unsafe impl Send for NodeGraph {}
+// SAFETY: as above.
+unsafe impl Sync for NodeGraph {}
+
+impl NodeGraph {
+    /// Collective: copy this rank's CSR into node-shared windows and map the node's others.
+    /// `None` (on every rank alike) when windows are not node-shared: one rank per node, or the
+    /// in-process transport.
+    pub fn new(comm: &Comm, g: &LocalGraph) -> Option<NodeGraph> {
+        let cum = g.cum_weights.as_deref().unwrap_or(&[]);
+        // Whether windows are node-shared is the same on every rank: ask the first one.
+        let first = comm.node_window(g.offsets.len() * 8);
+        first.node_span()?;
+        let mut windows = [
+            first,
+            comm.node_window(g.targets.len() * 8),
+            comm.node_window(cum.len() * 4),
+        ];
+        windows[0].with_local_mut(|b| {
+            for (c, x) in b.chunks_exact_mut(8).zip(&g.offsets) {
+                c.copy_from_slice(&x.to_ne_bytes());
+            }
+        });
+        windows[1].with_local_mut(|b| {
+            for (c, x) in b.chunks_exact_mut(8).zip(&g.targets) {
+                c.copy_from_slice(&x.to_ne_bytes());
+            }
+        });
+        windows[2].with_local_mut(|b| {
+            for (c, x) in b.chunks_exact_mut(4).zip(cum) {
+                c.copy_from_slice(&x.to_ne_bytes());
+            }
+        });
+        // Every rank has copied its CSR: from here on the windows are only read.
+        comm.barrier();
+        let spans: Vec<_> = windows.iter().map(Window::node_span).collect();
+        let mut peers = vec![None; comm.size()];
+        let (Some(off), Some(tg)) = (&spans[0], &spans[1]) else {
+            return None;
+        };
+        for &(rank, at, len) in &off.parts {
+            let part = |s: &Option<crate::comm::NodeSpan>| {
+                s.as_ref().and_then(|s| {
+                    s.parts
+                        .iter()
+                        .find(|p| p.0 == rank)
+                        .map(|&(_, at, len)| (s.base, at, len))
+                })
+            };
+            let (tb, tat, tlen) = part(&spans[1]).expect("every node rank has targets");
+            debug_assert_eq!(tg.base, tb);
+            let cum = match part(&spans[2]) {
+                Some((cb, cat, clen)) if g.weighted && clen > 0 => {
+                    // SAFETY: `cat` lies inside the span (MPI_Win_shared_query gave it).
+                    unsafe { cb.add(cat) as *const f32 }
+                }
+                _ => std::ptr::null(),
+            };
+            if len < 8 {
+                continue;
+            }
+            // SAFETY: `at` and `tat` are offsets inside their spans, which stay mapped while
+            // `windows` lives.
+            let (offsets, targets) =
+                unsafe { (off.base.add(at) as *const u64, tb.add(tat) as *const u64) };
+            assert!(
+                offsets.is_aligned() && targets.is_aligned() && cum.is_aligned(),
+                "node-shared adjacency is not aligned"
+            );
+            peers[rank] = Some(Mapped {
+                offsets,
+                nodes: len / 8 - 1,
+                targets,
+                entries: tlen / 8,
+                cum,
+            });
+        }
+        Some(NodeGraph {
+            peers,
+            _windows: windows,
+        })
+    }
+
+    /// Whether `rank`'s adjacency is mapped here (it is on this node).
+    #[inline]
+    pub fn has(&self, rank: usize) -> bool {
+        self.peers[rank].is_some()
+    }
+
+    /// The neighbours of `rank`'s local node `local` (sorted) and, for weighted graphs, their
+    /// inclusive prefix sums of weights; `None` when `rank` is on another node.
+    #[inline]
+    pub fn adjacency(&self, rank: usize, local: usize) -> Option<(&[NodeId], Option<&[f32]>)> {
+        let m = self.peers[rank]?;
+        assert!(
+            local < m.nodes,
+            "node {local} of rank {rank} is out of range"
+        );
+        // SAFETY: `offsets` holds `nodes + 1` values (checked index above), written before the
+        // barrier in `new` and never after; the memory lives as long as `self`.
+        let (a, b) = unsafe {
+            (
+                *m.offsets.add(local) as usize,
+                *m.offsets.add(local + 1) as usize,
+            )
+        };
+        assert!(a <= b && b <= m.entries, "corrupt adjacency of rank {rank}");
+        // SAFETY: `a..b` lies within the `entries` targets (checked), immutable as above.
+        let nb = unsafe { std::slice::from_raw_parts(m.targets.add(a), b - a) };
+        let cum = (!m.cum.is_null()).then(|| {
+            // SAFETY: weighted graphs have one prefix sum per target, mapped and immutable.
+            unsafe { std::slice::from_raw_parts(m.cum.add(a), b - a) }
+        });
+        Some((nb, cum))
+    }
+}
