@@ -342,20 +342,28 @@ impl Shard {
                 .map(|cells| InPlaceRows { cells, first_row });
         }
         let span = self.window.node_span()?;
+        let (base, len) = span.mapping?;
         let fits = self.dtype == Dtype::F32
-            && span.base.align_offset(std::mem::align_of::<AtomicU32>()) == 0
-            && span.len / rb <= u32::MAX as usize
-            && span.parts.iter().all(|&(r, o, _)| o % rb == 0 && r < ranks);
+            && base.align_offset(std::mem::align_of::<AtomicU32>()) == 0
+            && len / rb <= u32::MAX as usize
+            && span
+                .parts
+                .iter()
+                .all(|&(r, at, n)| n == 0 || (at as usize - base as usize) % rb == 0 && r < ranks);
         if !fits {
             return None;
         }
-        for &(r, o, _) in &span.parts {
-            first_row[r] = Some((o / rb) as u32);
+        for &(r, at, n) in &span.parts {
+            first_row[r] = Some(if n == 0 {
+                0
+            } else {
+                ((at as usize - base as usize) / rb) as u32
+            });
         }
         Some(InPlaceRows {
             cells: SharedRows {
-                ptr: span.base.cast::<AtomicU32>(),
-                len: span.len / 4,
+                ptr: base.cast::<AtomicU32>(),
+                len: len / 4,
             },
             first_row,
         })

@@ -14,6 +14,8 @@ type Shards = Arc<Vec<RwLock<Vec<u8>>>>;
 
 struct Shared {
     size: usize,
+    /// Ranks per "node" for node-shared windows (ranks r and s share when r / n == s / n).
+    per_node: usize,
     barrier: Barrier,
     mailbox: Mutex<Mailbox>,
     new_window: Mutex<Option<Shards>>,
@@ -29,9 +31,20 @@ pub struct LocalComm {
 /// Run `f` on `n` ranks (threads) and return their results in rank order.
 /// A panic on any rank is re-raised after all threads have ended or the watchdog fired.
 pub fn run<R: Send>(n: usize, timeout: Duration, f: impl Fn(Comm) -> R + Sync) -> Vec<R> {
-    assert!(n > 0);
+    run_nodes(n, n, timeout, f)
+}
+
+/// [`run`], with the ranks grouped `per_node` at a time into nodes (node-shared windows).
+pub fn run_nodes<R: Send>(
+    n: usize,
+    per_node: usize,
+    timeout: Duration,
+    f: impl Fn(Comm) -> R + Sync,
+) -> Vec<R> {
+    assert!(n > 0 && per_node > 0);
     let shared = Arc::new(Shared {
         size: n,
+        per_node,
         barrier: Barrier::new(n),
         mailbox: Mutex::new(vec![vec![None; n]; n]),
         new_window: Mutex::new(None),
@@ -99,7 +112,9 @@ impl LocalComm {
         recv
     }
 
-    pub fn window(&self, local_bytes: usize) -> LocalWindow {
+    /// Collective. With `node_shared` the window shows every rank's bytes ([`LocalWindow::node_span`]):
+    /// the ranks, threads of one process, are one node.
+    pub fn window(&self, local_bytes: usize, node_shared: bool) -> LocalWindow {
         let sizes = self.all_to_all_v(vec![
             (local_bytes as u64).to_le_bytes().to_vec();
             self.size()
@@ -129,6 +144,7 @@ impl LocalComm {
         LocalWindow {
             rank: self.rank,
             shards,
+            node: node_shared.then_some(self.shared.per_node),
         }
     }
 }
@@ -136,9 +152,32 @@ impl LocalComm {
 pub struct LocalWindow {
     rank: usize,
     shards: Shards,
+    /// For a node-shared window: ranks per node.
+    node: Option<usize>,
 }
 
 impl LocalWindow {
+    /// Every rank's bytes, for a node-shared window. The rank buffers are separate
+    /// allocations (no single mapping), so rows cannot be updated in place through this; it
+    /// serves data that is written before a barrier and only read after it (the adjacency).
+    pub fn node_span(&self) -> Option<super::NodeSpan> {
+        let per = self.node?;
+        let parts = self
+            .shards
+            .iter()
+            .enumerate()
+            .filter(|(rank, _)| rank / per == self.rank / per)
+            .map(|(rank, s)| {
+                let mut b = s.write().expect("window lock");
+                (rank, b.as_mut_ptr(), b.len())
+            })
+            .collect();
+        Some(super::NodeSpan {
+            mapping: None,
+            parts,
+        })
+    }
+
     pub fn with_local<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         f(&self.shards[self.rank].read().expect("window lock"))
     }

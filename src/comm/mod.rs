@@ -162,7 +162,7 @@ impl Comm {
     fn allocate(&self, local_bytes: usize, node_shared: bool) -> Window {
         let _g = self.watchdog().enter("window allocation");
         match self {
-            Comm::Local(c) => Window::Local(c.window(local_bytes)),
+            Comm::Local(c) => Window::Local(c.window(local_bytes, node_shared)),
             Comm::Mpi(c) => Window::Mpi(c.window(local_bytes, node_shared)),
         }
     }
@@ -210,12 +210,13 @@ pub enum Window {
     Mpi(mpi::MpiWindow),
 }
 
-/// The bytes of a node-shared window as this process maps them: one span holding every node
-/// rank's bytes, `parts` giving (world rank, offset of its bytes from `base`, their length).
+/// The bytes of a node-shared window as this process maps them: every node rank's part, and
+/// when all parts lie in one mapping (MPI shared memory) that mapping, which holds them at
+/// `part - base`.
 pub struct NodeSpan {
-    pub base: *mut u8,
-    pub len: usize,
-    pub parts: Vec<(usize, usize, usize)>,
+    pub mapping: Option<(*mut u8, usize)>,
+    /// (world rank, its bytes, their length).
+    pub parts: Vec<(usize, *mut u8, usize)>,
 }
 
 impl Window {
@@ -223,7 +224,7 @@ impl Window {
     /// rank on the node; `None` otherwise.
     pub fn node_span(&self) -> Option<NodeSpan> {
         match self {
-            Window::Local(_) => None,
+            Window::Local(w) => w.node_span(),
             Window::Mpi(w) => w.node_span(),
         }
     }
@@ -387,16 +388,16 @@ fn verify_rows(comm: &Comm, mut w: Window, rows: usize, rounds: usize) -> crate:
     comm.barrier();
     let mut verified = 0u64;
     if let Some(span) = w.node_span() {
-        for &(owner, at, _) in &span.parts {
+        for &(owner, at, len) in &span.parts {
             let last = rows.saturating_sub(1);
             for r in [0, last] {
-                let o = at + (r * DIM + DIM - 1) * 4;
-                if rows == 0 || o + 4 > span.len {
+                let o = (r * DIM + DIM - 1) * 4;
+                if rows == 0 || o + 4 > len {
                     continue;
                 }
-                // SAFETY: `o + 4 <= span.len` (checked) and the span is mapped while `w` lives;
+                // SAFETY: `o + 4 <= len` (checked) and the part is mapped while `w` lives;
                 // every rank wrote its rows before the barrier above, nobody writes them now.
-                let got = unsafe { std::ptr::read_unaligned(span.base.add(o).cast::<f32>()) };
+                let got = unsafe { std::ptr::read_unaligned(at.add(o).cast::<f32>()) };
                 if got.to_bits() != pattern(owner, r, DIM - 1).to_bits() {
                     return Err(crate::Error::Mismatch(format!(
                         "rank {me}: row {r} of rank {owner} in the node-shared span reads {got}"

@@ -383,20 +383,14 @@ impl MpiWindow {
     /// The node's bytes as one span of this process's memory, or `None` when the window is not
     /// node-shared.
     pub fn node_span(&self) -> Option<super::NodeSpan> {
+        self.shm?;
+        // The default (contiguous) MPI_Win_allocate_shared maps the node's parts in one region.
         let mapped = self.peers.iter().filter(|p| p.len > 0);
-        let lo = mapped.clone().map(|p| p.base as usize).min()?;
-        let hi = mapped.map(|p| p.base as usize + p.len).max()?;
+        let lo = mapped.clone().map(|p| p.base as usize).min();
+        let hi = mapped.map(|p| p.base as usize + p.len).max();
         Some(super::NodeSpan {
-            base: lo as *mut u8,
-            len: hi - lo,
-            parts: self
-                .peers
-                .iter()
-                .map(|p| {
-                    let at = if p.len > 0 { p.base as usize - lo } else { 0 };
-                    (p.rank, at, p.len)
-                })
-                .collect(),
+            mapping: lo.zip(hi).map(|(lo, hi)| (lo as *mut u8, hi - lo)),
+            parts: self.peers.iter().map(|p| (p.rank, p.base, p.len)).collect(),
         })
     }
 

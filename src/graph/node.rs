@@ -66,35 +66,34 @@ impl NodeGraph {
         // Every rank has copied its CSR: from here on the windows are only read.
         comm.barrier();
         let spans: Vec<_> = windows.iter().map(Window::node_span).collect();
-        let mut peers = vec![None; comm.size()];
-        let (Some(off), Some(tg)) = (&spans[0], &spans[1]) else {
-            return None;
+        let part = |w: usize, rank: usize| {
+            spans[w].as_ref().and_then(|s| {
+                s.parts
+                    .iter()
+                    .find(|p| p.0 == rank)
+                    .map(|&(_, at, len)| (at.cast_const(), len))
+            })
         };
-        for &(rank, at, len) in &off.parts {
-            let part = |s: &Option<crate::comm::NodeSpan>| {
-                s.as_ref().and_then(|s| {
-                    s.parts
-                        .iter()
-                        .find(|p| p.0 == rank)
-                        .map(|&(_, at, len)| (s.base, at, len))
-                })
-            };
-            let (tb, tat, tlen) = part(&spans[1]).expect("every node rank has targets");
-            debug_assert_eq!(tg.base, tb);
-            let cum = match part(&spans[2]) {
-                Some((cb, cat, clen)) if g.weighted && clen > 0 => {
-                    // SAFETY: `cat` lies inside the span (MPI_Win_shared_query gave it).
-                    unsafe { cb.add(cat) as *const f32 }
-                }
+        let mut peers = vec![None; comm.size()];
+        for &(rank, at, len) in &spans[0].as_ref()?.parts {
+            let (targets, tlen) = part(1, rank).expect("every node rank has targets");
+            let cum = match part(2, rank) {
+                Some((c, clen)) if g.weighted && clen > 0 => c.cast::<f32>(),
                 _ => std::ptr::null(),
+            };
+            let offsets = at.cast_const().cast::<u64>();
+            // An empty part may be null or unaligned: slices of length 0 need neither data nor
+            // a null pointer, so point them at a dangling, aligned address.
+            let targets = if tlen == 0 {
+                std::ptr::NonNull::<NodeId>::dangling()
+                    .as_ptr()
+                    .cast_const()
+            } else {
+                targets.cast::<NodeId>()
             };
             if len < 8 {
                 continue;
             }
-            // SAFETY: `at` and `tat` are offsets inside their spans, which stay mapped while
-            // `windows` lives.
-            let (offsets, targets) =
-                unsafe { (off.base.add(at) as *const u64, tb.add(tat) as *const u64) };
             assert!(
                 offsets.is_aligned() && targets.is_aligned() && cum.is_aligned(),
                 "node-shared adjacency is not aligned"

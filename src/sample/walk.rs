@@ -575,8 +575,9 @@ mod tests {
     use std::time::Duration;
 
     /// Walk a graph on `ranks` in-process ranks; returns every walk as its node sequence.
+    /// With `params.node_walks`, the ranks form nodes of `per_node` ranks.
     fn walks(edges: &[Edge], n: u64, ranks: usize, params: WalkParams, seed: u64) -> Vec<Vec<u64>> {
-        walks_and_tokens(edges, n, ranks, params, seed).0
+        walks_and_tokens(edges, n, (ranks, ranks), params, seed).0
     }
 
     /// [`walks`], and every token the ranks' segments emitted as new (not context), checking
@@ -584,12 +585,12 @@ mod tests {
     fn walks_and_tokens(
         edges: &[Edge],
         n: u64,
-        ranks: usize,
+        (ranks, per_node): (usize, usize),
         params: WalkParams,
         seed: u64,
     ) -> (Vec<Vec<u64>>, Vec<u64>) {
         let window = params.window as usize;
-        let traces = local::run(ranks, Duration::from_secs(60), |c| {
+        let traces = local::run_nodes(ranks, per_node, Duration::from_secs(60), |c| {
             let part = Partitioner::new(Scheme::Striped, n, c.size());
             let (a, b) = slice_of(edges.len() as u64, c.rank(), c.size());
             let entries = route_edges(&c, &part, &edges[a as usize..b as usize], false);
@@ -713,10 +714,14 @@ mod tests {
             pq in prop::option::of((0.25f32..4.0, 0.25f32..4.0)),
             seed in any::<u64>(),
             local_steps in 1u32..8,
+            per_node in 0usize..4,
         ) {
             let edges: Vec<Edge> = raw.iter().map(|&(s, d)| Edge { src: s, dst: d, weight: 1.0 }).collect();
             let set = edge_set(&edges);
-            let (ws, mut emitted) = walks_and_tokens(&edges, 30, ranks, params(6, 2, pq, local_steps), seed);
+            // per_node > 0: walks continue across the ranks of a node (node-shared adjacency)
+            // and migrate between nodes.
+            let p = WalkParams { node_walks: per_node > 0, ..params(6, 2, pq, local_steps) };
+            let (ws, mut emitted) = walks_and_tokens(&edges, 30, (ranks, per_node.max(1)), p, seed);
             // Every visit is emitted as a new token exactly once, on some rank (walkers carry
             // their tokens across ranks and emit the rest when they end).
             let mut visited: Vec<u64> = ws.iter().flatten().copied().collect();
@@ -747,8 +752,12 @@ mod tests {
                 weight: 1.0,
             })
             .collect();
-        for pq in [None, Some((0.5, 2.0))] {
-            let (ws, mut emitted) = walks_and_tokens(&edges, 40, 3, params(300, 1, pq, 5), 11);
+        for (pq, per_node) in [(None, 0), (Some((0.5, 2.0)), 0), (Some((0.5, 2.0)), 2)] {
+            let p = WalkParams {
+                node_walks: per_node > 0,
+                ..params(300, 1, pq, 5)
+            };
+            let (ws, mut emitted) = walks_and_tokens(&edges, 40, (3, per_node.max(1)), p, 11);
             assert!(ws.iter().all(|w| w.len() == 300));
             let mut visited: Vec<u64> = ws.iter().flatten().copied().collect();
             visited.sort_unstable();
@@ -834,29 +843,30 @@ mod tests {
     fn node2vec_steps_follow_the_second_order_distribution_across_ranks() {
         let edges = mixed_graph();
         let set = edge_set(&edges);
-        for (p, q, ranks, local_steps) in [
-            (0.25, 4.0, 1, 1),
-            (0.25, 4.0, 1, 40),
-            (0.25, 4.0, 3, 1),
-            (4.0, 0.25, 3, 40),
-            (1.0, 1.0, 3, 1),
+        for (p, q, ranks, local_steps, per_node) in [
+            (0.25, 4.0, 1, 1, 0),
+            (0.25, 4.0, 1, 40, 0),
+            (0.25, 4.0, 3, 1, 0),
+            (4.0, 0.25, 3, 40, 0),
+            (1.0, 1.0, 3, 1, 0),
+            (0.25, 4.0, 3, 40, 2),
+            (4.0, 0.25, 4, 40, 2),
         ] {
             // 3 ranks: previous nodes often live elsewhere, so the query round is exercised;
-            // 40 local steps: walkers also move on without an exchange while they stay local.
-            let ws = walks(
-                &edges,
-                8,
-                ranks,
-                params(40, 400, Some((p, q)), local_steps),
-                11,
-            );
+            // 40 local steps: walkers also move on without an exchange while they stay local;
+            // per_node 2: previous nodes on the node are tested in place, others queried.
+            let params = WalkParams {
+                node_walks: per_node > 0,
+                ..params(40, 400, Some((p, q)), local_steps)
+            };
+            let (ws, _) = walks_and_tokens(&edges, 8, (ranks, per_node.max(1)), params, 11);
             let (stat, dof) = node2vec_chi_square(&ws, &set, f64::from(p), f64::from(q));
             assert!(dof > 10.0, "too few contexts: {dof}");
             // Far above this (mean dof, sd sqrt(2 dof)) means the sampler is biased.
             let bound = dof + 5.0 * (2.0 * dof).sqrt();
             assert!(
                 stat < bound,
-                "p={p} q={q} ranks={ranks}: chi-square {stat:.1} over {dof} dof"
+                "p={p} q={q} ranks={ranks} per node {per_node}: chi-square {stat:.1} over {dof} dof"
             );
         }
     }
