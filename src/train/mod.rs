@@ -60,7 +60,8 @@ pub struct Trainer<'a> {
     remote_slot: FxHashMap<u64, u32>,
     stamp: u64,
     /// A batch whose gradients are being computed (staleness 1).
-    pending: Option<Pending>,
+    /// Batches launched on the pool and not yet finished, oldest first.
+    pending: std::collections::VecDeque<Pending>,
     /// Refresh the negative pool at the next step (after a resume).
     refresh_now: bool,
     ckpt: Option<Checkpointing>,
@@ -228,7 +229,7 @@ impl<'a> Trainer<'a> {
             local_slot: vec![vec![(0, 0); rows]; 2],
             remote_slot: FxHashMap::default(),
             stamp: 0,
-            pending: None,
+            pending: Default::default(),
             refresh_now: false,
             ckpt: None,
             resumed: None,
@@ -728,7 +729,9 @@ impl<'a> Trainer<'a> {
         } else {
             // Compute of this batch runs on the pool while the next batch is sampled and
             // fetched; its push and apply happen after that fetch (staleness 1).
-            if let Some(prev) = self.pending.replace(pending) {
+            self.pending.push_back(pending);
+            if self.pending.len() > 1 {
+                let prev = self.pending.pop_front().expect("two pending");
                 self.finish(prev, lr);
             }
         }
@@ -793,7 +796,12 @@ impl<'a> Trainer<'a> {
         // previous step: the previous batch ends, its deltas are pushed and applied everywhere
         // (first barrier), and no owner writes rows in place while others still read them
         // (second barrier). With one thread per rank a run is then reproducible.
-        if let Some(prev) = self.pending.take() {
+        // With every row in place (one node, node-shared rows) nothing waits for a batch's
+        // end: two batches may be on the pool at once, so that its threads do not idle while
+        // the last segments of a batch finish. Otherwise the previous batch ends first.
+        let depth = if in_place[VERTEX].all() { 2 } else { 1 };
+        while self.pending.len() >= depth {
+            let prev = self.pending.pop_front().expect("pending batch");
             self.finish(prev, lr);
         }
         let t = Timer::start();
@@ -859,7 +867,7 @@ impl<'a> Trainer<'a> {
             // The receiver only disappears if the rank is already failing.
             let _ = tx.send((deltas, loss, t.secs()));
         });
-        self.pending = Some(Pending {
+        self.pending.push_back(Pending {
             keys,
             pairs: npairs,
             rx,
@@ -869,7 +877,7 @@ impl<'a> Trainer<'a> {
     /// Apply the batch still in flight, if any (end of training).
     /// Collective when rows are node-shared: returns when no rank of the node updates rows.
     pub fn drain(&mut self, lr: f32) {
-        if let Some(prev) = self.pending.take() {
+        while let Some(prev) = self.pending.pop_front() {
             self.finish(prev, lr);
         }
         let shared_node = self
@@ -1250,7 +1258,7 @@ fn fetch_remote(
 impl Drop for Trainer<'_> {
     /// A task may still update rows in place: wait for it before the shards go away.
     fn drop(&mut self) {
-        if let Some(p) = self.pending.take() {
+        for p in self.pending.drain(..) {
             let _ = p.rx.recv();
         }
     }
