@@ -111,7 +111,8 @@ pub struct RawTrain {
     /// Frequent-node subsampling threshold (word2vec `sample`; 0 disables)
     #[arg(long)]
     pub subsample: Option<f64>,
-    /// Target positive pairs per training step per rank
+    /// Positive pairs per training step over all ranks, each rank sampling its share (with
+    /// node-shared rows: over all nodes, each rank taking its node's share)
     #[arg(long)]
     pub batch_size: Option<usize>,
     /// Row ids merged into one one-sided request

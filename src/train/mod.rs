@@ -797,9 +797,14 @@ impl<'a> Trainer<'a> {
         // (first barrier), and no owner writes rows in place while others still read them
         // (second barrier). With one thread per rank a run is then reproducible.
         // With every row in place (one node, node-shared rows) nothing waits for a batch's
-        // end: two batches may be on the pool at once, so that its threads do not idle while
-        // the last segments of a batch finish. Otherwise the previous batch ends first.
-        let depth = if in_place[VERTEX].all() { 2 } else { 1 };
+        // end: up to IN_PLACE_DEPTH batches are on the pool at once, so that its threads do not
+        // idle while the last segments of a batch finish. Otherwise the previous batch ends
+        // first.
+        let depth = if in_place[VERTEX].all() {
+            IN_PLACE_DEPTH
+        } else {
+            1
+        };
         while self.pending.len() >= depth {
             let prev = self.pending.pop_front().expect("pending batch");
             self.finish(prev, lr);
@@ -1062,6 +1067,11 @@ impl<'a> Trainer<'a> {
         self.m.steps += 1;
     }
 }
+
+/// Hogwild batches on the pool at once when every row is in place. BlogCatalog 10 x 80, 1 rank
+/// x 2 threads, alternated runs: 1 batch 5.71-6.11M pairs/s, 2 batches 5.32-6.93M (median of
+/// six 5.80M), 3 batches 5.22-7.60M (median 6.54M), Micro-F1 the same (docs/performance.md).
+const IN_PLACE_DEPTH: usize = 3;
 
 /// What a hogwild step trains: pairs (LINE, or walks with `--kernel pair`), or walk segments
 /// trained token by token (`sgns::sgd_segments`).
