@@ -260,10 +260,12 @@ fn node2vec_line_and_reduced_precision_train_under_mpi() {
 fn node_shared_rows_are_updated_in_place_and_other_nodes_fetched() {
     let d = tmp();
     let (g, l) = sbm(d.path(), 1200, 4);
-    let cases: [(usize, &[&str], &[&str], bool); 3] = [
+    // 3 ranks two per node: rank 2 is alone on its node and must take part all the same.
+    let cases: [(usize, &[&str], &[&str], bool); 4] = [
         (2, &[], &[], false),
         (2, &[], &["--node-memory", "private"], true),
         (4, &["GRAPHSCALE_RANKS_PER_NODE=2"], &[], true),
+        (3, &["GRAPHSCALE_RANKS_PER_NODE=2"], &[], true),
     ];
     for (i, &(ranks, env, extra, fetches)) in cases.iter().enumerate() {
         let emb = p(d.path(), &format!("emb{i}.h5"));

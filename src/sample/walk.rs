@@ -1,7 +1,8 @@
 //! Random walks over the partitioned graph with walker migration. A walker always stands on a
-//! node its current rank owns: it picks the next node from the local adjacency and is shipped to
-//! the next node's owner in one aggregated exchange per superstep, carrying its tokens not yet
-//! trained.
+//! node its current rank owns (with `node_walks`, a node of any rank on its machine, whose
+//! adjacency is mapped here: `graph::node`): it picks the next node from that adjacency and is
+//! shipped to the next node's owner in one aggregated exchange per superstep when the owner is
+//! elsewhere, carrying its tokens not yet trained.
 //!
 //! Skip-gram pairs follow word2vec exactly, streamed: each kept token draws its reduced window
 //! `w - b`, `b ~ U[0, w)`; a token b is predicted (output row) from every input token a at

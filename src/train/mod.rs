@@ -69,6 +69,9 @@ pub struct Trainer<'a> {
     /// `--update hogwild`: every matrix's rows the pool updates in place (this rank's, or with
     /// `--node-memory shared` those of every rank on its node).
     shared: Option<Vec<InPlaceRows>>,
+    /// Hogwild on node-shared rows, on every rank alike (some node has several ranks; a rank
+    /// alone on its node takes part too): batches end in a barrier, walks cross node ranks.
+    node_rows: bool,
 }
 
 /// Checkpoint bookkeeping of a run with --checkpoint-dir.
@@ -234,6 +237,7 @@ impl<'a> Trainer<'a> {
             ckpt: None,
             resumed: None,
             shared: None,
+            node_rows: false,
         })
         .map(|mut t| {
             if cfg.update == Update::Hogwild {
@@ -255,6 +259,7 @@ impl<'a> Trainer<'a> {
                 let ok = comm.all_reduce_u64(&ok, ReduceOp::Min);
                 if ok[0] == 1 {
                     let node = ok[1] == 1;
+                    t.node_rows = node;
                     t.shared = t
                         .shards
                         .iter_mut()
@@ -439,7 +444,9 @@ impl<'a> Trainer<'a> {
         let on_node = self.shared.as_ref().map_or(1, |s| {
             s[VERTEX].first_row.iter().filter(|f| f.is_some()).count()
         });
-        let node_walks = on_node > 1;
+        // The same on every rank (the adjacency windows are collective), also on a rank alone
+        // on its node.
+        let node_walks = self.node_rows;
         let parts = self
             .comm
             .all_reduce_f64(&[1.0 / on_node as f64], ReduceOp::Sum)[0]
@@ -885,11 +892,7 @@ impl<'a> Trainer<'a> {
         while let Some(prev) = self.pending.pop_front() {
             self.finish(prev, lr);
         }
-        let shared_node = self
-            .shared
-            .as_ref()
-            .is_some_and(|s| s[VERTEX].first_row.iter().filter(|f| f.is_some()).count() > 1);
-        if shared_node {
+        if self.node_rows {
             self.comm.barrier();
         }
     }
@@ -1031,8 +1034,10 @@ impl<'a> Trainer<'a> {
             use std::sync::atomic::Ordering::Relaxed;
             for (m, rows) in in_place.iter().enumerate() {
                 let first = rows.first_row[me].expect("a rank's own rows are in place") as usize;
-                // SAFETY: the shards outlive this call, and no pool task of this rank is running
-                // (the batch was received above), so nothing holds `&mut` to the window.
+                // SAFETY: the shards outlive this call, and nothing takes `&mut` access to their
+                // windows while cells are in use (rows are applied, snapshot or dropped only
+                // after `drain`). Pool tasks may be updating other rows meanwhile: these are
+                // relaxed atomic accesses, as theirs are.
                 let cells = unsafe { rows.cells.cells() };
                 for (&r, d) in theirs[m].0.iter().zip(theirs[m].1.chunks_exact(dim)) {
                     let at = (first + r as usize) * dim;
