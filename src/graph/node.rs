@@ -118,6 +118,22 @@ impl NodeGraph {
         self.peers[rank].is_some()
     }
 
+    /// Hint the CPU to fetch where `rank`'s node `local` keeps its neighbour range.
+    #[inline]
+    pub fn prefetch(&self, rank: usize, local: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(m) = self.peers[rank] {
+            if local < m.nodes {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                // SAFETY: a prefetch never faults and changes nothing; the address is inside
+                // the mapped offsets (`local < nodes`).
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(m.offsets.add(local).cast()) };
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (rank, local);
+    }
+
     /// The neighbours of `rank`'s local node `local` (sorted) and, for weighted graphs, their
     /// inclusive prefix sums of weights; `None` when `rank` is on another node.
     #[inline]

@@ -346,46 +346,93 @@ impl WalkEngine {
         let mut out = StepOut::default();
         let mut send = vec![Vec::new(); comm.size()];
         let mut asks: Vec<(usize, Walker, u64, f32)> = Vec::new();
-        let walkers = std::mem::take(&mut self.walkers);
+        let mut queue = std::mem::take(&mut self.walkers).into_iter();
         let node = self.node.as_ref();
-        for mut w in walkers {
-            let mut budget = self.params.local_steps.max(1);
-            loop {
+        let budget0 = self.params.local_steps.max(1);
+        // Walkers advance in LANES interleaved lanes, one step per turn, so that the cache
+        // misses of their steps overlap: a step's next node has its adjacency and keep
+        // probability prefetched, and a DeepWalk step picks the neighbour's index one turn and
+        // reads it the next, with the entry prefetched in between.
+        let mut lanes: Vec<Lane> = Vec::with_capacity(LANES);
+        loop {
+            while lanes.len() < LANES {
+                match queue.next() {
+                    Some(w) => lanes.push(Lane {
+                        w,
+                        budget: budget0,
+                        pick: None,
+                    }),
+                    None => break,
+                }
+            }
+            if lanes.is_empty() {
+                break;
+            }
+            let mut i = 0;
+            while i < lanes.len() {
+                let lane = &mut lanes[i];
+                let w = &mut lane.w;
                 let (owner, local) = g.part.locate(w.cur);
                 let (nb, cum) = adjacency(g, node, self.rank, owner, local)
                     .expect("a walker stands on a node of this node's ranks");
-                if !w.visited {
-                    if let Some(t) = &mut self.trace {
-                        t.push((w.id, w.step, w.cur));
+                let go = if let Some(at) = lane.pick.take() {
+                    Some(nb[at])
+                } else {
+                    if !w.visited {
+                        if let Some(t) = &mut self.trace {
+                            t.push((w.id, w.step, w.cur));
+                        }
+                        let keep = if owner == self.rank {
+                            self.keep[local]
+                        } else {
+                            self.keep_rule.of(nb.len())
+                        };
+                        visit(&self.params, w, keep, rng, out_segs);
+                        out.tokens += 1;
                     }
-                    let keep = if owner == self.rank {
-                        self.keep[local]
-                    } else {
-                        self.keep_rule.of(nb.len())
-                    };
-                    visit(&self.params, &mut w, keep, rng, out_segs);
-                    out.tokens += 1;
-                }
-                if w.step >= self.params.walk_length || nb.is_empty() {
-                    emit(&self.params, &mut w, out_segs);
-                    out.finished += 1;
-                    break;
-                }
-                match propose(&self.params, g, node, self.rank, &w, (nb, cum), rng) {
-                    Move::Go(x) => {
-                        budget -= 1;
-                        let owner = g.part.owner(x);
-                        let here = owner == self.rank || node.is_some_and(|n| n.has(owner));
-                        if budget > 0 && here {
-                            w.step_to(x);
+                    if w.step >= self.params.walk_length || nb.is_empty() {
+                        emit(&self.params, w, out_segs);
+                        out.finished += 1;
+                        lanes.swap_remove(i);
+                        continue;
+                    }
+                    if self.params.node2vec.is_none() && cum.is_none() {
+                        // DeepWalk: the index now, the neighbour next turn.
+                        let at = (((rng.next_u64() >> 32) * nb.len() as u64) >> 32) as usize;
+                        prefetch(&nb[at]);
+                        lane.pick = Some(at);
+                        i += 1;
+                        continue;
+                    }
+                    match propose(&self.params, g, node, self.rank, w, (nb, cum), rng) {
+                        Move::Go(x) => Some(x),
+                        Move::Retry => {
+                            let l = lanes.swap_remove(i);
+                            self.walkers.push(l.w);
                             continue;
                         }
-                        advance(g, w, x, &mut send);
+                        Move::Ask(x, u) => {
+                            let l = lanes.swap_remove(i);
+                            asks.push((g.part.owner(l.w.prev), l.w, x, u));
+                            continue;
+                        }
                     }
-                    Move::Retry => self.walkers.push(w),
-                    Move::Ask(x, u) => asks.push((g.part.owner(w.prev), w, x, u)),
+                };
+                let x = go.expect("a move");
+                lane.budget -= 1;
+                let (xo, xl) = g.part.locate(x);
+                let here = xo == self.rank || node.is_some_and(|n| n.has(xo));
+                if lane.budget > 0 && here {
+                    w.step_to(x);
+                    if xo == self.rank {
+                        prefetch(&self.keep[xl]);
+                    }
+                    prefetch_adjacency(g, node, self.rank, xo, xl);
+                    i += 1;
+                } else {
+                    let l = lanes.swap_remove(i);
+                    advance(g, l.w, x, &mut send);
                 }
-                break;
             }
         }
         if let Some((_, q)) = self.params.node2vec {
@@ -412,6 +459,47 @@ impl WalkEngine {
         }
         out.active = self.walkers.len();
         out
+    }
+}
+
+/// Walkers stepped in turn by `superstep` (enough to overlap a step's cache misses).
+const LANES: usize = 16;
+
+/// A walker in one of `superstep`'s lanes: its remaining steps this superstep, and the
+/// neighbour index a DeepWalk step drew last turn (its entry prefetched).
+struct Lane {
+    w: Walker,
+    budget: u32,
+    pick: Option<usize>,
+}
+
+/// Hint the CPU to bring `x` into cache (no effect on values; a no-op off x86-64).
+#[inline]
+fn prefetch<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch is a hint that never faults and changes no value; the address is
+        // that of a live value (SSE, which provides it, is part of the x86-64 baseline).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>((x as *const T).cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}
+
+/// Prefetch where `owner`'s node `local` keeps its neighbour range.
+#[inline]
+fn prefetch_adjacency(
+    g: &LocalGraph,
+    node: Option<&NodeGraph>,
+    me: usize,
+    owner: usize,
+    local: usize,
+) {
+    if owner == me {
+        prefetch(&g.offsets[local]);
+    } else if let Some(n) = node {
+        n.prefetch(owner, local);
     }
 }
 
@@ -868,6 +956,27 @@ mod tests {
             assert!(
                 stat < bound,
                 "p={p} q={q} ranks={ranks} per node {per_node}: chi-square {stat:.1} over {dof} dof"
+            );
+        }
+    }
+
+    #[test]
+    fn deepwalk_steps_are_uniform_over_the_neighbours() {
+        // First-order walks (the lanes' two-turn picks): x given (t, v) is uniform over v's
+        // neighbours, on one rank, across ranks, and across the ranks of a node.
+        let edges = mixed_graph();
+        let set = edge_set(&edges);
+        for (ranks, local_steps, per_node) in [(1, 40, 0), (3, 1, 0), (3, 40, 0), (4, 40, 2)] {
+            let params = WalkParams {
+                node_walks: per_node > 0,
+                ..params(40, 400, None, local_steps)
+            };
+            let (ws, _) = walks_and_tokens(&edges, 8, (ranks, per_node.max(1)), params, 13);
+            let (stat, dof) = node2vec_chi_square(&ws, &set, 1.0, 1.0);
+            assert!(dof > 10.0, "too few contexts: {dof}");
+            assert!(
+                stat < dof + 5.0 * (2.0 * dof).sqrt(),
+                "ranks={ranks} per node {per_node}: chi-square {stat:.1} over {dof} dof"
             );
         }
     }
