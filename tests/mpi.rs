@@ -261,11 +261,13 @@ fn node_shared_rows_are_updated_in_place_and_other_nodes_fetched() {
     let d = tmp();
     let (g, l) = sbm(d.path(), 1200, 4);
     // 3 ranks two per node: rank 2 is alone on its node and must take part all the same.
-    let cases: [(usize, &[&str], &[&str], bool); 4] = [
+    // Too little room in /dev/shm (the test hook says 1,000 bytes): private memory, a warning.
+    let cases: [(usize, &[&str], &[&str], bool); 5] = [
         (2, &[], &[], false),
         (2, &[], &["--node-memory", "private"], true),
         (4, &["GRAPHSCALE_RANKS_PER_NODE=2"], &[], true),
         (3, &["GRAPHSCALE_RANKS_PER_NODE=2"], &[], true),
+        (2, &["GRAPHSCALE_SHM_BYTES=1000"], &[], true),
     ];
     for (i, &(ranks, env, extra, fetches)) in cases.iter().enumerate() {
         let emb = p(d.path(), &format!("emb{i}.h5"));
@@ -291,6 +293,13 @@ fn node_shared_rows_are_updated_in_place_and_other_nodes_fetched() {
         args.extend_from_slice(extra);
         let o = mpirun_env(ranks, 240, env, &args);
         assert_eq!(o.code, 0, "case {i}: {}", o.all());
+        let warned = o.stderr.contains("using --node-memory private");
+        assert_eq!(
+            warned,
+            env.iter().any(|e| e.starts_with("GRAPHSCALE_SHM")),
+            "case {i}: {}",
+            o.stderr
+        );
         let text = std::fs::read_to_string(&metrics).expect("metrics");
         let remote: u64 = text
             .lines()

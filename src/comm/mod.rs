@@ -49,6 +49,14 @@ impl Comm {
         }
     }
 
+    /// Ranks on this rank's node (those a node-shared window spans): 1 in-process.
+    pub fn node_size(&self) -> usize {
+        match self {
+            Comm::Local(_) => 1,
+            Comm::Mpi(c) => c.node_size(),
+        }
+    }
+
     pub fn is_mpi(&self) -> bool {
         matches!(self, Comm::Mpi(_))
     }

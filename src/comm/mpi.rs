@@ -102,6 +102,10 @@ impl MpiComm {
         self.world.barrier();
     }
 
+    pub fn node_size(&self) -> usize {
+        self.node_ranks.len()
+    }
+
     pub fn abort(&self, code: i32) -> ! {
         self.world.abort(code)
     }

@@ -179,7 +179,7 @@ impl<'a> Trainer<'a> {
     pub fn new(comm: &'a Comm, cfg: &'a TrainConfig, g: &'a LocalGraph) -> Result<Self> {
         let rows = g.num_local();
         let one_matrix = cfg.model == Model::Line && cfg.order == 1;
-        let node_shared = cfg.node_memory == NodeMemory::Shared;
+        let node_shared = cfg.node_memory == NodeMemory::Shared && node_memory_fits(comm, cfg, g);
         let shard = || Shard::new(comm, rows, cfg.dim, cfg.dtype, cfg.optimizer, node_shared);
         let mut shards = vec![shard()];
         if !one_matrix {
@@ -1071,6 +1071,62 @@ impl<'a> Trainer<'a> {
         self.m.seconds.apply += t.secs();
         self.m.steps += 1;
     }
+}
+
+/// Collective: whether this node's shared segments fit where Open MPI puts them (`/dev/shm`,
+/// measured with Open MPI 4.1): every rank's rows, and for walks a copy of its adjacency, times
+/// the ranks on the node. When one node lacks the room every rank falls back to private memory
+/// with a warning, instead of a bus error when a page of the segment cannot be backed.
+/// `GRAPHSCALE_SHM_BYTES` overrides the free space (test hook).
+fn node_memory_fits(comm: &Comm, cfg: &TrainConfig, g: &LocalGraph) -> bool {
+    let matrices = if cfg.model == Model::Line && cfg.order == 1 {
+        1
+    } else {
+        2
+    };
+    let rows = (g.num_local() * cfg.dim * cfg.dtype.size() * matrices) as u64;
+    let walks = matches!(cfg.model, Model::Deepwalk | Model::Node2vec);
+    let csr = if walks {
+        (g.offsets.len() * 8 + g.targets.len() * 8 + g.cum_weights.as_ref().map_or(0, Vec::len) * 4)
+            as u64
+    } else {
+        0
+    };
+    let most = comm.max_u64(rows + csr);
+    // A rank alone on its node shares nothing, but takes part in the agreement all the same.
+    let need = most.saturating_mul(comm.node_size() as u64);
+    let free = if comm.node_size() < 2 {
+        None
+    } else {
+        std::env::var("GRAPHSCALE_SHM_BYTES")
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .or_else(|| free_bytes("/dev/shm"))
+    };
+    let fits = !matches!(free, Some(f) if need > f);
+    let all = comm.all_reduce_u64(&[u64::from(fits)], ReduceOp::Min)[0] == 1;
+    if !fits && comm.rank() == 0 {
+        log::warn!(
+            "rank {}: node-shared memory needs {:.1} MiB in /dev/shm on this node, {:.1} MiB are \
+             free: using --node-memory private (make /dev/shm larger to share rows and walks)",
+            comm.rank(),
+            need as f64 / 1048576.0,
+            free.unwrap_or(0) as f64 / 1048576.0
+        );
+    } else if !all && comm.rank() == 0 {
+        log::warn!("another node lacks room in /dev/shm: using --node-memory private everywhere");
+    }
+    all
+}
+
+/// Bytes available to an unprivileged writer on the file system holding `path`.
+fn free_bytes(path: &str) -> Option<u64> {
+    let c = std::ffi::CString::new(path).ok()?;
+    // SAFETY: an all-zero `statvfs` is a valid value of this plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` a valid out-pointer for the call.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
 }
 
 /// Hogwild batches on the pool at once when every row is in place. BlogCatalog 10 x 80, 1 rank
