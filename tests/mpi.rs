@@ -175,14 +175,25 @@ fn a_rank_that_stops_or_panics_ends_the_job() {
     }
 }
 
+/// A trained run: its Micro-F1, the remote rows its ranks read, and its output.
+struct Trained {
+    f1: f64,
+    remote_rows: u64,
+    out: Out,
+}
+
+/// DeepWalk (or `extra`'s model) on `ranks` (under `mpirun` with `env` when more than one),
+/// scored on the labels.
 fn train_and_score(
     ranks: usize,
     g: &std::path::Path,
     l: &std::path::Path,
     dir: &std::path::Path,
+    env: &[&str],
     extra: &[&str],
-) -> f64 {
-    let emb = p(dir, &format!("emb{ranks}.h5"));
+) -> Trained {
+    let emb = p(dir, "emb.h5");
+    let metrics = p(dir, "metrics.jsonl");
     let mut args = vec![
         "--graph",
         s(g),
@@ -198,6 +209,8 @@ fn train_and_score(
         "1",
         "-o",
         s(&emb),
+        "--metrics",
+        s(&metrics),
         "--comm-timeout",
         "60",
     ];
@@ -205,7 +218,7 @@ fn train_and_score(
     let o = if ranks == 1 {
         run(240, &args)
     } else {
-        mpirun(ranks, 240, &args)
+        mpirun_env(ranks, 240, env, &args)
     };
     assert_eq!(o.code, 0, "{}", o.all());
     assert!(
@@ -213,7 +226,19 @@ fn train_and_score(
         "prints the metrics summary: {}",
         o.stderr
     );
-    micro_f1(&emb, l)
+    let remote_rows = std::fs::read_to_string(&metrics)
+        .expect("metrics")
+        .lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).expect("json line");
+            v["remote_rows"].as_u64().expect("remote_rows")
+        })
+        .sum();
+    Trained {
+        f1: micro_f1(&emb, l),
+        remote_rows,
+        out: o,
+    }
 }
 
 #[test]
@@ -221,7 +246,7 @@ fn deepwalk_classifies_planted_blocks_at_1_2_and_4_ranks() {
     let d = tmp();
     let (g, l) = sbm(d.path(), 1500, 5);
     for ranks in [1, 2, 4] {
-        let f1 = train_and_score(ranks, &g, &l, d.path(), &[]);
+        let f1 = train_and_score(ranks, &g, &l, d.path(), &[], &[]).f1;
         assert!(f1 >= 0.9, "Micro-F1 {f1} at {ranks} ranks");
     }
 }
@@ -249,7 +274,7 @@ fn node2vec_line_and_reduced_precision_train_under_mpi() {
         &["--shared-negatives", "32", "--max-staleness", "1"],
     ];
     for extra in cases {
-        let f1 = train_and_score(3, &g, &l, d.path(), extra);
+        let f1 = train_and_score(3, &g, &l, d.path(), &[], extra).f1;
         assert!(f1 >= 0.9, "{extra:?}: Micro-F1 {f1}");
     }
 }
@@ -270,46 +295,16 @@ fn node_shared_rows_are_updated_in_place_and_other_nodes_fetched() {
         (2, &["GRAPHSCALE_SHM_BYTES=1000"], &[], true),
     ];
     for (i, &(ranks, env, extra, fetches)) in cases.iter().enumerate() {
-        let emb = p(d.path(), &format!("emb{i}.h5"));
-        let metrics = p(d.path(), &format!("m{i}.jsonl"));
-        let mut args = vec![
-            "--graph",
-            s(&g),
-            "--walks-per-node",
-            "5",
-            "--walk-length",
-            "20",
-            "--dim",
-            "32",
-            "--threads",
-            "1",
-            "-o",
-            s(&emb),
-            "--metrics",
-            s(&metrics),
-            "--comm-timeout",
-            "60",
-        ];
-        args.extend_from_slice(extra);
-        let o = mpirun_env(ranks, 240, env, &args);
-        assert_eq!(o.code, 0, "case {i}: {}", o.all());
-        let warned = o.stderr.contains("using --node-memory private");
+        let t = train_and_score(ranks, &g, &l, d.path(), env, extra);
+        let warned = t.out.stderr.contains("using --node-memory private");
         assert_eq!(
             warned,
             env.iter().any(|e| e.starts_with("GRAPHSCALE_SHM")),
             "case {i}: {}",
-            o.stderr
+            t.out.stderr
         );
-        let text = std::fs::read_to_string(&metrics).expect("metrics");
-        let remote: u64 = text
-            .lines()
-            .map(|l| {
-                let v: serde_json::Value = serde_json::from_str(l).expect("json line");
-                v["remote_rows"].as_u64().expect("remote_rows")
-            })
-            .sum();
+        let remote = t.remote_rows;
         assert_eq!(remote > 0, fetches, "case {i}: {remote} remote rows");
-        let f1 = micro_f1(&emb, &l);
-        assert!(f1 >= 0.9, "case {i}: Micro-F1 {f1}");
+        assert!(t.f1 >= 0.9, "case {i}: Micro-F1 {}", t.f1);
     }
 }
