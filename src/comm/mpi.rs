@@ -213,9 +213,8 @@ impl MpiComm {
             )
         };
         assert_eq!(rc, 0, "MPI_Win_allocate_shared failed");
-        // SAFETY: `shm` was just created; the epoch stays open for the window's life (Drop).
-        let rc = unsafe { ffi::MPI_Win_lock_all(0, shm) };
-        assert_eq!(rc, 0, "MPI_Win_lock_all failed");
+        // SAFETY: `shm` was just created.
+        unsafe { open_epoch(shm) };
         let mut peers = Vec::with_capacity(self.node_ranks.len());
         for (i, &world) in self.node_ranks.iter().enumerate() {
             let (mut size, mut unit, mut at): (ffi::MPI_Aint, c_int, *mut u8) =
@@ -237,11 +236,9 @@ impl MpiComm {
                 len: if at.is_null() { 0 } else { size as usize },
             });
         }
-        if local_bytes > 0 {
-            // SAFETY: MPI_Win_allocate_shared returned `local_bytes` writable bytes at `base`;
-            // no other rank writes them before the caller's next collective.
-            unsafe { ptr::write_bytes(base, 0, local_bytes) };
-        }
+        // SAFETY: MPI_Win_allocate_shared returned `local_bytes` bytes at `base`; no other rank
+        // accesses them before the caller's next collective.
+        unsafe { zero(base, local_bytes) };
         let win = (self.node_ranks.len() < self.size()).then(|| {
             let mut win: ffi::MPI_Win = unsafe_win_null();
             // SAFETY: `base` holds `local_bytes` bytes that stay allocated until `shm` is freed,
@@ -257,9 +254,8 @@ impl MpiComm {
                 )
             };
             assert_eq!(rc, 0, "MPI_Win_create failed");
-            // SAFETY: as for `shm`.
-            let rc = unsafe { ffi::MPI_Win_lock_all(0, win) };
-            assert_eq!(rc, 0, "MPI_Win_lock_all failed");
+            // SAFETY: `win` was just created.
+            unsafe { open_epoch(win) };
             win
         });
         MpiWindow {
@@ -289,15 +285,36 @@ impl MpiComm {
             )
         };
         assert_eq!(rc, 0, "MPI_Win_allocate failed");
-        // SAFETY: `win` was just created by MPI_Win_allocate; lock_all opens a passive-target
-        // epoch to every rank for the window's whole life (closed in Drop).
-        let rc = unsafe { ffi::MPI_Win_lock_all(0, win) };
-        assert_eq!(rc, 0, "MPI_Win_lock_all failed");
-        if local_bytes > 0 {
-            // SAFETY: MPI_Win_allocate returned `local_bytes` writable bytes at `base`.
-            unsafe { ptr::write_bytes(base, 0, local_bytes) };
+        // SAFETY: `win` was just created; MPI_Win_allocate returned `local_bytes` bytes at
+        // `base`, which no other rank reads before the caller's next collective.
+        unsafe {
+            open_epoch(win);
+            zero(base, local_bytes);
         }
         (win, base)
+    }
+}
+
+/// Open a passive-target epoch to every rank on a window, for its whole life (closed in
+/// `MpiWindow`'s Drop).
+///
+/// # Safety
+/// `win` is a window MPI has just created and nobody has freed.
+unsafe fn open_epoch(win: ffi::MPI_Win) {
+    // SAFETY: the caller guarantees a live window.
+    let rc = unsafe { ffi::MPI_Win_lock_all(0, win) };
+    assert_eq!(rc, 0, "MPI_Win_lock_all failed");
+}
+
+/// Zero this rank's window bytes.
+///
+/// # Safety
+/// `base` and `len` are what MPI_Win_allocate(_shared) returned for this rank (`len` writable
+/// bytes), and nobody else accesses them meanwhile.
+unsafe fn zero(base: *mut u8, len: usize) {
+    if len > 0 {
+        // SAFETY: the caller guarantees `len` writable, unshared bytes at `base`.
+        unsafe { ptr::write_bytes(base, 0, len) };
     }
 }
 

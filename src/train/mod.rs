@@ -244,27 +244,24 @@ impl<'a> Trainer<'a> {
                 // Every rank takes the node-shared rows, or every rank its own: whether a batch
                 // needs the fetch and push exchanges must be the same on all of them.
                 let (me, n) = (comm.rank(), comm.size());
-                let fits = |r: &Option<InPlaceRows>| {
-                    r.as_ref()
-                        .is_some_and(|r| r.cells.len() / cfg.dim < sgns::REMOTE as usize)
+                let mut rows_of = |node: bool| -> Option<Vec<InPlaceRows>> {
+                    t.shards
+                        .iter_mut()
+                        .map(|s| {
+                            s.in_place_rows(me, n, node)
+                                .filter(|r| r.cells.len() / cfg.dim < sgns::REMOTE as usize)
+                        })
+                        .collect()
                 };
-                let mut ok = [0u64; 2];
-                for (i, node) in [false, true].into_iter().enumerate() {
-                    let all = t
-                        .shards
-                        .iter_mut()
-                        .all(|s| fits(&s.in_place_rows(me, n, node)));
-                    ok[i] = u64::from(all && (!node || node_shared));
-                }
-                let ok = comm.all_reduce_u64(&ok, ReduceOp::Min);
+                let own = rows_of(false);
+                let node = if node_shared { rows_of(true) } else { None };
+                let ok = comm.all_reduce_u64(
+                    &[u64::from(own.is_some()), u64::from(node.is_some())],
+                    ReduceOp::Min,
+                );
                 if ok[0] == 1 {
-                    let node = ok[1] == 1;
-                    t.node_rows = node;
-                    t.shared = t
-                        .shards
-                        .iter_mut()
-                        .map(|s| s.in_place_rows(me, n, node))
-                        .collect();
+                    t.node_rows = ok[1] == 1;
+                    t.shared = if t.node_rows { node } else { own };
                 }
             }
             t
