@@ -36,7 +36,7 @@ unsafe impl Sync for NodeGraph {}
 
 impl NodeGraph {
     /// Collective: copy this rank's CSR into node-shared windows and map the node's others.
-    /// `None` (on every rank alike) when windows are not node-shared: one rank per node, or the
+    /// `None` (on every rank alike) when windows are not node-shared: one rank on every node, or the
     /// in-process transport.
     pub fn new(comm: &Comm, g: &LocalGraph) -> Option<NodeGraph> {
         let cum = g.cum_weights.as_deref().unwrap_or(&[]);
