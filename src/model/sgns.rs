@@ -266,6 +266,21 @@ pub fn sgd_segments(
         .sum()
 }
 
+/// `$go!(N)` for the literal N from 1 to 6 equal to `$n` (6 for anything larger): the const
+/// width of a block kernel chosen at run time.
+macro_rules! with_width {
+    ($n:expr, $go:ident) => {
+        match $n {
+            1 => $go!(1),
+            2 => $go!(2),
+            3 => $go!(3),
+            4 => $go!(4),
+            5 => $go!(5),
+            _ => $go!(6),
+        }
+    };
+}
+
 thread_local! {
     /// Each pool thread's [`Block`] for [`sgd_segments`].
     static BLOCK: std::cell::RefCell<Option<Block>> = const { std::cell::RefCell::new(None) };
@@ -285,6 +300,9 @@ struct Block {
     tref: Vec<(u32, f32)>,
     coef: Vec<f32>,
     tmp: Vec<f32>,
+    /// [`fused`]'s coefficients, each broadcast to 8 lanes, and its target row changes.
+    gb: Vec<f32>,
+    du: Vec<f32>,
 }
 
 impl Block {
@@ -303,6 +321,8 @@ impl Block {
             tref: vec![(0, 0.0); nt],
             coef: vec![0.0; ring * nt],
             tmp: vec![0.0; 2 * dim],
+            gb: vec![0.0; ring * nt * 8],
+            du: vec![0.0; nt * dim],
         }
     }
 
@@ -379,6 +399,15 @@ impl Block {
         for row in scores.chunks_exact_mut(nt) {
             row[0] += lr;
         }
+        #[cfg(all(
+            target_arch = "x86_64",
+            target_feature = "avx2",
+            target_feature = "fma"
+        ))]
+        if d % 8 == 0 && nt <= FUSED_TARGETS {
+            self.update_fused(m, nt, target);
+            return loss;
+        }
         let coef = &self.coef[..m * nt];
         // Targets first, from the inputs before their update: row_t += sum_i G[i, t] v_i, on
         // the shared row as it is now (a target may repeat within the block).
@@ -437,21 +466,49 @@ impl Block {
         }
         loss
     }
-}
 
-/// `$go!(N)` for the literal N from 1 to 6 equal to `$n` (6 for anything larger): the const
-/// width of a block kernel chosen at run time.
-macro_rules! with_width {
-    ($n:expr, $go:ident) => {
-        match $n {
-            1 => $go!(1),
-            2 => $go!(2),
-            3 => $go!(3),
-            4 => $go!(4),
-            5 => $go!(5),
-            _ => $go!(6),
+    /// The updates of [`Block::update`] once the coefficients are in `coef`, in one sweep over
+    /// the columns ([`fused`]): each input row and target row is read once, and each target's
+    /// change is added to its shared row at the end. A target repeated in the block (a negative
+    /// equal to b's row or to another negative) has its columns summed into its first
+    /// occurrence: its values are the same, so the inputs get the same sum, and the row gets
+    /// both changes, as in the two-phase path.
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    #[inline(always)]
+    fn update_fused<'r>(&mut self, m: usize, nt: usize, target: impl Fn(u32) -> &'r [AtomicU32]) {
+        let d = self.dim;
+        let (tref, coef) = (&self.tref[..nt], &mut self.coef[..m * nt]);
+        let mut repeat = [false; FUSED_TARGETS];
+        for t in 1..nt {
+            if let Some(f) = (0..t).find(|&f| tref[f].0 == tref[t].0) {
+                repeat[t] = true;
+                for row in coef.chunks_exact_mut(nt) {
+                    row[f] += row[t];
+                    row[t] = 0.0;
+                }
+            }
         }
-    };
+        for (g, &c) in self.gb.chunks_exact_mut(8).zip(coef.iter()) {
+            g.fill(c);
+        }
+        let (slots, u, gb) = (&self.slots[..m], &self.u[..nt * d], &self.gb[..m * nt * 8]);
+        let du = &mut self.du[..nt * d];
+        macro_rules! go {
+            ($n:literal) => {
+                fused::<$n>(&mut self.v, slots, u, gb, du)
+            };
+        }
+        with_width!(nt, go);
+        for (t, &(r, _)) in tref.iter().enumerate() {
+            if !repeat[t] {
+                add_to(target(r), &self.du[t * d..(t + 1) * d]);
+            }
+        }
+    }
 }
 
 /// `s[t] = v . u_t` for the rows `u_t` of `u` (rows of `v.len()`), in blocks of up to 6 rows
@@ -468,6 +525,55 @@ fn dots_dyn(v: &[f32], u: &[f32], s: &mut [f32]) {
             };
         }
         with_width!(n, go)
+    }
+}
+
+/// Most targets per block for [`fused`]: it holds two registers per target, and x86-64 has 16.
+const FUSED_TARGETS: usize = 6;
+
+/// For each column block of 8: with the `T` target rows `u` (rows of `d`) and their changes in
+/// registers, every input row `v_i` (ring slot `slots[i]` of `v`) is read once, gives
+/// `du_t += G[i, t] v_i` from its value before the block, and is written back as
+/// `v_i + sum_t G[i, t] u_t`. `gb` holds `G[i, t]` broadcast to 8 lanes at `(i T + t) 8`. The
+/// two-phase path reads every target row once per 6 inputs and every input row once per 6
+/// targets, and loads and stores the sums in between.
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "avx2",
+    target_feature = "fma"
+))]
+#[inline(always)]
+fn fused<const T: usize>(v: &mut [f32], slots: &[usize], u: &[f32], gb: &[f32], du: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let d = u.len() / T.max(1);
+    assert!(d % 8 == 0 && u.len() == T * d && du.len() == T * d && gb.len() == slots.len() * T * 8);
+    assert!(slots.iter().all(|&s| (s + 1) * d <= v.len()));
+    // SAFETY: AVX2 and FMA are enabled for this build (cfg above). Every access is 8 floats at
+    // offset c < d (multiples of 8) inside a row of d floats: row t of `u` or `du` (T rows,
+    // asserted), ring slot s of `v` (asserted in bounds), or entry (i T + t) of `gb` (i < m,
+    // t < T: in bounds, asserted). `v` and `du` are unique borrows and nothing else aliases
+    // them; unaligned loads and stores need no alignment.
+    unsafe {
+        for c in (0..d).step_by(8) {
+            let ut: [__m256; T] =
+                std::array::from_fn(|t| _mm256_loadu_ps(u.as_ptr().add(t * d + c)));
+            let mut dt = [_mm256_setzero_ps(); T];
+            for (i, &s) in slots.iter().enumerate() {
+                let p = v.as_mut_ptr().add(s * d + c);
+                let x = _mm256_loadu_ps(p);
+                let g = gb.as_ptr().add(i * T * 8);
+                let mut a = x;
+                for t in 0..T {
+                    let gt = _mm256_loadu_ps(g.add(t * 8));
+                    a = _mm256_fmadd_ps(gt, ut[t], a);
+                    dt[t] = _mm256_fmadd_ps(gt, x, dt[t]);
+                }
+                _mm256_storeu_ps(p, a);
+            }
+            for (t, x) in dt.iter().enumerate() {
+                _mm256_storeu_ps(du.as_mut_ptr().add(t * d + c), *x);
+            }
+        }
     }
 }
 
@@ -818,6 +924,46 @@ fn store(cells: &[AtomicU32], v: &[f32]) {
     let done = vector_copy(v.as_ptr().cast(), cells.as_ptr().cast_mut().cast(), v.len());
     for (c, x) in cells[done..].iter().zip(&v[done..]) {
         c.store(x.to_bits(), Relaxed);
+    }
+}
+
+/// Add `delta` to a shared row (same length), eight values at a time as [`vector_copy`] (each
+/// value is loaded, added to and stored with plain moves, so a racing update may be lost, as in
+/// word2vec's HOGWILD), then word by word with relaxed atomics.
+#[inline]
+fn add_to(cells: &[AtomicU32], delta: &[f32]) {
+    debug_assert_eq!(cells.len(), delta.len());
+    let mut done = 0;
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx"))]
+    {
+        let blocks = delta.len().min(cells.len()) / 8;
+        if blocks > 0 {
+            // SAFETY: `cells` and `delta` are distinct slices (a shared row and a private
+            // buffer) of at least `blocks * 8` values. Each shared value is 4-byte aligned and
+            // within one cache line, so x86 loads and stores it whole: a racing update may be
+            // lost but no value is torn, as in `vector_copy`. No stack; registers declared.
+            unsafe {
+                std::arch::asm!(
+                    "2:",
+                    "vmovups {x}, ymmword ptr [{s}]",
+                    "vaddps {x}, {x}, ymmword ptr [{d}]",
+                    "vmovups ymmword ptr [{s}], {x}",
+                    "add {s}, 32",
+                    "add {d}, 32",
+                    "dec {b}",
+                    "jnz 2b",
+                    s = inout(reg) cells.as_ptr() => _,
+                    d = inout(reg) delta.as_ptr() => _,
+                    b = inout(reg) blocks => _,
+                    x = out(ymm_reg) _,
+                    options(nostack),
+                );
+            }
+            done = blocks * 8;
+        }
+    }
+    for (c, x) in cells[done..].iter().zip(&delta[done..]) {
+        c.store((f32::from_bits(c.load(Relaxed)) + x).to_bits(), Relaxed);
     }
 }
 
@@ -1181,7 +1327,7 @@ mod in_place_tests {
     fn segments_equal_the_block_reference_with_history_and_remote_rows() {
         // dim 16: the vector kernels (when compiled in); dim 13: the portable ones. k = 6 or
         // 4: targets in blocks of 6 and 1, or one block of 5; inputs two at a time and one.
-        for (dim, k) in [(16, 6), (13, 6), (16, 4)] {
+        for (dim, k) in [(16, 6), (13, 6), (16, 4), (16, 5)] {
             check_segments(dim, k);
         }
     }
