@@ -5,7 +5,8 @@
 #   bench/run_benchmarks.sh ranks     DeepWalk on BlogCatalog at 1, 2 and 4 ranks (2 cores shared)
 # Both by default. Needs a release build (make build) and, for gensim, a Python with
 # numpy scipy scikit-learn gensim numba h5py (PYTHON=..., default /tmp/anchors/bin/python).
-# GS_FLAGS adds graphscale flags (e.g. GS_FLAGS='--max-staleness 1'); WALKS, LENGTH set the corpus.
+# GS_FLAGS adds graphscale flags (e.g. GS_FLAGS='--max-staleness 1'); WALKS, LENGTH set the corpus;
+# RUNS sets the gensim comparison's alternated rounds (default 3; medians are reported).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="${BIN:-target/release/graphscale}"
@@ -75,55 +76,78 @@ PYEOF
 fi
 
 if [[ "$what" == gensim || "$what" == all ]]; then
-  W="${WALKS:-10}" L="${LENGTH:-80}"
-  echo "== BlogCatalog DeepWalk ($W walks x $L, window 10, d=128, 5 negatives, 2 cores)"
+  W="${WALKS:-10}" L="${LENGTH:-80}" R="${RUNS:-3}"
+  echo "== BlogCatalog DeepWalk ($W walks x $L, window 10, d=128, 5 negatives, 2 cores), $R alternated rounds"
   "$BIN" convert "$DATA/blogcatalog/edges.tsv" -o "$WORK/blog.h5" > /dev/null
-  start=$(date +%s.%N)
-  /usr/bin/env time -f '%M' -o "$WORK/gs.rss" "$BIN" --graph "$WORK/blog.h5" --walks-per-node "$W" --walk-length "$L" \
-    --window 10 --dim 128 --negatives 5 --threads 2 ${GS_FLAGS:-} -o "$WORK/gs_emb.h5" --metrics "$WORK/gs_metrics.jsonl" 2> "$WORK/gs.log"
-  end=$(date +%s.%N)
-  "$BIN" eval nodeclf --embeddings "$WORK/gs_emb.h5" --labels "$DATA/blogcatalog/labels.tsv" --repeats 5 --json > "$WORK/gs_f1.json"
-  if [[ -x "$PY" ]] && "$PY" -c "import gensim" 2>/dev/null; then
-    /usr/bin/env time -f '%M' -o "$WORK/base.rss" "$PY" "$DATA/../anchors/baseline_deepwalk.py" --graph "$DATA/blogcatalog/edges.tsv" \
-      --num-walks "$W" --walk-length "$L" --out "$WORK/base.npy" --workers 2 --json "$WORK/base.json" > /dev/null 2>&1
-    "$PY" - "$WORK/base.npy" "$WORK/base.h5" <<'PYEOF'
+  have_gensim=0
+  [[ -x "$PY" ]] && "$PY" -c "import gensim" 2>/dev/null && have_gensim=1
+  rm -f "$WORK"/gs_*.wall "$WORK"/base_*.json
+  # Rounds alternate the two tools, so that a slow spell of this shared machine hits both.
+  for i in $(seq "$R"); do
+    start=$(date +%s.%N)
+    /usr/bin/env time -f '%M' -o "$WORK/gs_$i.rss" "$BIN" --graph "$WORK/blog.h5" --walks-per-node "$W" --walk-length "$L" \
+      --window 10 --dim 128 --negatives 5 --threads 2 ${GS_FLAGS:-} -o "$WORK/gs_emb_$i.h5" --metrics "$WORK/gs_metrics_$i.jsonl" 2> "$WORK/gs_$i.log"
+    echo "$start $(date +%s.%N)" > "$WORK/gs_$i.wall"
+    # Same splits for both (fixed seed); 10 repeats: at 90% the 5-split std was about 1 point.
+    "$BIN" eval nodeclf --embeddings "$WORK/gs_emb_$i.h5" --labels "$DATA/blogcatalog/labels.tsv" --repeats 10 --seed 3 --json > "$WORK/gs_f1_$i.json"
+    if (( have_gensim )); then
+      /usr/bin/env time -f '%M' -o "$WORK/base_$i.rss" "$PY" "$DATA/../anchors/baseline_deepwalk.py" --graph "$DATA/blogcatalog/edges.tsv" \
+        --num-walks "$W" --walk-length "$L" --out "$WORK/base_$i.npy" --workers 2 --json "$WORK/base_$i.json" > /dev/null 2>&1
+      "$PY" - "$WORK/base_$i.npy" "$WORK/base_$i.h5" <<'PYEOF'
 import sys, h5py, numpy as np
 h5py.File(sys.argv[2], "w")["embeddings"] = np.load(sys.argv[1]).astype(np.float32)
 PYEOF
-    "$BIN" eval nodeclf --embeddings "$WORK/base.h5" --labels "$DATA/blogcatalog/labels.tsv" --repeats 5 --json > "$WORK/base_f1.json"
-  fi
-  python3 - "$WORK" "$start" "$end" "$OUT/blogcatalog_vs_gensim.json" <<'PYEOF'
-import json, os, sys
-w, start, end, out = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-ms = [json.loads(l) for l in open(os.path.join(w, "gs_metrics.jsonl"))]
-pairs = sum(m["pairs"] for m in ms); train = max(m["train_seconds"] for m in ms)
-tokens = sum(m["tokens"] for m in ms)
-res = {"graphscale": {"flags": os.environ.get("GS_FLAGS", ""), "wall_seconds": end - start, "train_seconds": train, "pairs_per_second": pairs / train,
-       "tokens_per_second": tokens / train, "peak_rss_kib": int(open(os.path.join(w, "gs.rss")).read().split()[-1]),
-       "f1": json.load(open(os.path.join(w, "gs_f1.json")))["results"]}}
-if os.path.exists(os.path.join(w, "base.json")):
-    b = json.load(open(os.path.join(w, "base.json")))
-    res["gensim"] = {"raw": b, "peak_rss_kib": int(open(os.path.join(w, "base.rss")).read().split()[-1]),
-                     "f1": json.load(open(os.path.join(w, "base_f1.json")))["results"]}
-    g, base = res["graphscale"], res["gensim"]
-    base_wall = b["walk_phase_s"] + b["train_phase_s"]
-    res["ratio"] = {"tokens_per_second": g["tokens_per_second"] / b["train_tokens_per_s"],
-                    "wall_seconds": g["wall_seconds"] / base_wall,
-                    "peak_rss": g["peak_rss_kib"] / base["peak_rss_kib"],
-                    "micro_f1_points": {f: 100 * (g["f1"][f]["micro_f1"] - base["f1"][f]["micro_f1"]) for f in g["f1"]}}
+      "$BIN" eval nodeclf --embeddings "$WORK/base_$i.h5" --labels "$DATA/blogcatalog/labels.tsv" --repeats 10 --seed 3 --json > "$WORK/base_f1_$i.json"
+    fi
+    echo "round $i done"
+  done
+  python3 - "$WORK" "$R" "$OUT/blogcatalog_vs_gensim.json" <<'PYEOF'
+import json, os, sys, statistics
+w, rounds, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+med = statistics.median
+def gs_run(i):
+    ms = [json.loads(l) for l in open(os.path.join(w, f"gs_metrics_{i}.jsonl"))]
+    train = max(m["train_seconds"] for m in ms)
+    start, end = map(float, open(os.path.join(w, f"gs_{i}.wall")).read().split())
+    return {"wall_seconds": end - start, "train_seconds": train,
+            "pairs_per_second": sum(m["pairs"] for m in ms) / train, "tokens_per_second": sum(m["tokens"] for m in ms) / train,
+            "peak_rss_kib": int(open(os.path.join(w, f"gs_{i}.rss")).read().split()[-1]),
+            "f1": json.load(open(os.path.join(w, f"gs_f1_{i}.json")))["results"]}
+def base_run(i):
+    b = json.load(open(os.path.join(w, f"base_{i}.json")))
+    return {"raw": b, "wall_seconds": b["walk_phase_s"] + b["train_phase_s"], "tokens_per_second": b["train_tokens_per_s"],
+            "pairs_per_second_upper": b["est_sg_pairs_per_s_upper"],
+            "peak_rss_kib": int(open(os.path.join(w, f"base_{i}.rss")).read().split()[-1]),
+            "f1": json.load(open(os.path.join(w, f"base_f1_{i}.json")))["results"]}
+def summary(runs, keys):
+    s = {k: med(r[k] for r in runs) for k in keys}
+    s["micro_f1_mean"] = {f: statistics.mean(r["f1"][f]["micro_f1"] for r in runs) for f in runs[0]["f1"]}
+    return s
+res = {"rounds": rounds, "flags": os.environ.get("GS_FLAGS", ""), "graphscale": {"runs": [gs_run(i) for i in range(1, rounds + 1)]}}
+res["graphscale"]["median"] = summary(res["graphscale"]["runs"], ["wall_seconds", "train_seconds", "pairs_per_second", "tokens_per_second", "peak_rss_kib"])
+if os.path.exists(os.path.join(w, "base_1.json")):
+    res["gensim"] = {"runs": [base_run(i) for i in range(1, rounds + 1)]}
+    res["gensim"]["median"] = summary(res["gensim"]["runs"], ["wall_seconds", "tokens_per_second", "pairs_per_second_upper", "peak_rss_kib"])
+    g, b = res["graphscale"], res["gensim"]
+    res["ratio"] = {
+        "tokens_per_second": g["median"]["tokens_per_second"] / b["median"]["tokens_per_second"],
+        "tokens_per_second_per_round": [x["tokens_per_second"] / y["tokens_per_second"] for x, y in zip(g["runs"], b["runs"])],
+        "wall_seconds": g["median"]["wall_seconds"] / b["median"]["wall_seconds"],
+        "wall_seconds_per_round": [x["wall_seconds"] / y["wall_seconds"] for x, y in zip(g["runs"], b["runs"])],
+        "peak_rss": g["median"]["peak_rss_kib"] / b["median"]["peak_rss_kib"],
+        "micro_f1_points": {f: 100 * (g["median"]["micro_f1_mean"][f] - b["median"]["micro_f1_mean"][f]) for f in g["median"]["micro_f1_mean"]}}
 json.dump(res, open(out, "w"), indent=1)
-print(json.dumps(res, indent=1))
-f1 = lambda r: " / ".join(f"{100 * r['f1'][f]['micro_f1']:.2f}" for f in sorted(r["f1"]))
-g = res["graphscale"]
-print(f"graphscale: {g['wall_seconds']:.1f} s wall, {g['tokens_per_second'] / 1e3:.1f}k tokens/s, "
-      f"{g['pairs_per_second'] / 1e6:.2f}M pairs/s, peak RSS {g['peak_rss_kib'] / 1024:.0f} MiB, Micro-F1 {f1(g)}")
+f1 = lambda s: " / ".join(f"{100 * s['micro_f1_mean'][f]:.2f}" for f in sorted(s["micro_f1_mean"]))
+g = res["graphscale"]["median"]
+print(f"graphscale (median of {rounds}): {g['wall_seconds']:.1f} s wall, {g['tokens_per_second'] / 1e3:.1f}k tokens/s, "
+      f"{g['pairs_per_second'] / 1e6:.2f}M pairs/s, peak RSS {g['peak_rss_kib'] / 1024:.0f} MiB, mean Micro-F1 {f1(g)}")
 if "gensim" in res:
-    b, r = res["gensim"]["raw"], res["ratio"]
-    print(f"walks+gensim: {b['walk_phase_s'] + b['train_phase_s']:.1f} s (walks + training), "
-          f"{b['train_tokens_per_s'] / 1e3:.1f}k tokens/s, <= {b['est_sg_pairs_per_s_upper'] / 1e6:.2f}M pairs/s, "
-          f"peak RSS {res['gensim']['peak_rss_kib'] / 1024:.0f} MiB, Micro-F1 {f1(res['gensim'])}")
-    print(f"ratio graphscale/gensim: {r['tokens_per_second']:.2f}x tokens/s, {r['wall_seconds']:.2f}x wall time, "
-          f"{r['peak_rss']:.2f}x peak RSS, Micro-F1 "
-          + " / ".join(f"{v:+.2f}" for _, v in sorted(r["micro_f1_points"].items())))
+    b, r = res["gensim"]["median"], res["ratio"]
+    print(f"walks+gensim (median of {rounds}): {b['wall_seconds']:.1f} s (walks + training), {b['tokens_per_second'] / 1e3:.1f}k tokens/s, "
+          f"<= {b['pairs_per_second_upper'] / 1e6:.2f}M pairs/s, peak RSS {b['peak_rss_kib'] / 1024:.0f} MiB, mean Micro-F1 {f1(b)}")
+    print(f"ratio graphscale/gensim: {r['tokens_per_second']:.2f}x tokens/s (rounds: "
+          + ", ".join(f"{x:.2f}" for x in r["tokens_per_second_per_round"])
+          + f"), {r['wall_seconds']:.2f}x wall time (rounds: " + ", ".join(f"{x:.2f}" for x in r["wall_seconds_per_round"])
+          + f"), {r['peak_rss']:.2f}x peak RSS, Micro-F1 " + " / ".join(f"{v:+.2f}" for _, v in sorted(r["micro_f1_points"].items())))
 PYEOF
 fi
