@@ -405,7 +405,7 @@ impl Block {
             target_feature = "avx2",
             target_feature = "fma"
         ))]
-        if d % 8 == 0 && nt <= FUSED_TARGETS {
+        if d % 8 == 0 && (1..=FUSED_TARGETS).contains(&nt) {
             self.update_fused(m, nt, target);
             return loss;
         }
@@ -1326,8 +1326,9 @@ mod in_place_tests {
 
     #[test]
     fn segments_equal_the_block_reference_with_history_and_remote_rows() {
-        // dim 16: the vector kernels (when compiled in); dim 13: the portable ones. k = 6 or
-        // 4: targets in blocks of 6 and 1, or one block of 5; inputs two at a time and one.
+        // dim 16: the vector kernels (when compiled in); dim 13: the portable ones. k = 6: the
+        // two-pass path, targets in blocks of 6 and 1, inputs two at a time and one; k = 4 and
+        // 5: the fused sweep (5 and 6 targets, AVX2/FMA builds), which sums repeated targets.
         for (dim, k) in [(16, 6), (13, 6), (16, 4), (16, 5)] {
             check_segments(dim, k);
         }
