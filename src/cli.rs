@@ -33,9 +33,28 @@ pub struct Global {
     /// Without mpirun: run this many ranks as threads of one process (debugging, tests)
     #[arg(long, global = true, default_value_t = 1)]
     pub ranks: usize,
+    /// Group ranks N at a time into simulated nodes instead of the machine's real ones (scaling
+    /// studies on one machine: 1 makes every rank its own node, so rows and walkers travel as
+    /// between machines). Default: ranks share a node when they share a machine
+    /// (env GRAPHSCALE_RANKS_PER_NODE sets it too)
+    #[arg(long, global = true, value_parser = clap::value_parser!(u64).range(1..))]
+    pub ranks_per_node: Option<u64>,
     /// More log output (-v info, -vv debug)
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+}
+
+impl Global {
+    /// `--ranks-per-node`, else `GRAPHSCALE_RANKS_PER_NODE` (a positive integer), else `None`:
+    /// the machine's nodes.
+    pub fn ranks_per_node(&self) -> Option<usize> {
+        self.ranks_per_node.map(|n| n as usize).or_else(|| {
+            std::env::var("GRAPHSCALE_RANKS_PER_NODE")
+                .ok()
+                .and_then(|s| s.parse::<usize>().ok())
+                .filter(|&n| n > 0)
+        })
+    }
 }
 
 // Parsed once per run: the size difference between variants does not matter.

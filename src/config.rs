@@ -142,6 +142,23 @@ pub struct RawTrain {
     /// next fetch, 1 computes a batch while the next one is sampled and fetched
     #[arg(long)]
     pub max_staleness: Option<u32>,
+    /// Hogwild across nodes: remote rows kept in this rank's cache of hot rows, trained in place
+    /// and synchronised with their owners every --cache-refresh steps (0: no cache, every batch
+    /// fetches its remote rows and pushes their deltas). Default: as many rows as the rank owns
+    #[arg(long)]
+    pub cache_rows: Option<usize>,
+    /// Hogwild across nodes: steps after which a cached row's delta is pushed to its owner and
+    /// its value refreshed (the staleness bound of cached rows)
+    #[arg(long)]
+    pub cache_refresh: Option<u64>,
+    /// How remote rows are read: alltoall (requests and rows in the aggregated all-to-all that
+    /// carries the deltas; default) or rma (one-sided MPI_Get: native RDMA reads on InfiniBand)
+    #[arg(long, value_enum)]
+    pub fetch: Option<Fetch>,
+    /// Precision of rows and deltas on the wire (hogwild across nodes): f32, f16 or bf16; owners
+    /// accumulate in f32
+    #[arg(long, value_enum)]
+    pub wire_dtype: Option<Dtype>,
     #[arg(long)]
     pub seed: Option<u64>,
     /// Node-to-rank placement: striped (default) or block
@@ -226,6 +243,10 @@ struct FileCompute {
     batch_size: Option<usize>,
     request_batch_size: Option<usize>,
     max_staleness: Option<u32>,
+    cache_rows: Option<usize>,
+    cache_refresh: Option<u64>,
+    fetch: Option<Fetch>,
+    wire_dtype: Option<Dtype>,
     shared_negatives: Option<usize>,
     kernel: Option<Kernel>,
     update: Option<Update>,
@@ -304,6 +325,10 @@ impl RawTrain {
             threads: f.compute.threads,
             update: f.compute.update,
             max_staleness: f.compute.max_staleness,
+            cache_rows: f.compute.cache_rows,
+            cache_refresh: f.compute.cache_refresh,
+            fetch: f.compute.fetch,
+            wire_dtype: f.compute.wire_dtype,
             seed: f.training.seed,
             partition: f.storage.scheme,
             max_memory: f.storage.max_memory,
@@ -349,6 +374,10 @@ impl RawTrain {
             threads,
             update,
             max_staleness,
+            cache_rows,
+            cache_refresh,
+            fetch,
+            wire_dtype,
             seed,
             partition,
             max_memory,
@@ -395,6 +424,11 @@ pub struct TrainConfig {
     /// Resolved: never `Auto`.
     pub update: Update,
     pub max_staleness: u32,
+    /// `None`: as many rows as the rank owns (resolved after the load, `Trainer::new`).
+    pub cache_rows: Option<usize>,
+    pub cache_refresh: u64,
+    pub fetch: Fetch,
+    pub wire_dtype: Dtype,
     pub seed: u64,
     pub partition: Scheme,
     pub max_memory: Option<u64>,
@@ -430,6 +464,19 @@ pub enum Kernel {
     /// Pair by pair with k negatives each, in word2vec's order.
     Pair,
 }
+
+/// How remote rows are read (`--fetch`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Fetch {
+    /// Row requests travel in the all-to-all that pushes deltas; owners answer in a second one.
+    Alltoall,
+    /// One-sided `MPI_Get` from the owners' windows (RDMA reads on InfiniBand).
+    Rma,
+}
+
+/// Steps between a cached row's synchronisations with its owner (`--cache-refresh`).
+pub const DEFAULT_CACHE_REFRESH: u64 = 16;
 
 /// Whether the ranks of one node share their rows (`--node-memory`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -612,6 +659,10 @@ impl TrainConfig {
                 .unwrap_or_else(|| (cores / ranks_on_this_node()).max(1)),
             update: r.update.unwrap_or(Update::Auto),
             max_staleness: r.max_staleness.unwrap_or(0),
+            cache_rows: r.cache_rows,
+            cache_refresh: r.cache_refresh.unwrap_or(DEFAULT_CACHE_REFRESH),
+            fetch: r.fetch.unwrap_or(Fetch::Alltoall),
+            wire_dtype: r.wire_dtype.unwrap_or(Dtype::F32),
             seed: r.seed.unwrap_or(0),
             partition: match r.partition {
                 None => Scheme::Striped,
@@ -649,6 +700,16 @@ impl TrainConfig {
             } else {
                 Update::Batched
             };
+        }
+        if c.wire_dtype != Dtype::F32 && c.update == Update::Batched {
+            return Err(Error::config(format!(
+                "--wire-dtype {}: a reduced wire precision applies to hogwild's row deltas; this run updates through --update batched{}, whose optimizer takes f32 gradients: use --wire-dtype f32",
+                format!("{:?}", c.wire_dtype).to_lowercase(),
+                match c.hogwild_blockers().as_slice() {
+                    [] => String::new(),
+                    b => format!(" (hogwild needs {})", b.join(", ")),
+                }
+            )));
         }
         Ok(c)
     }
@@ -749,6 +810,9 @@ impl TrainConfig {
         }
         if !(self.clip_grad.is_finite() && self.clip_grad >= 0.0) {
             errs.push("--clip-grad must be >= 0 (0 disables)".into());
+        }
+        if self.cache_refresh == 0 {
+            errs.push("--cache-refresh must be at least 1 (steps)".into());
         }
         if self.checkpoint_every.is_some() && self.checkpoint_dir.is_none() {
             errs.push("--checkpoint-every needs --checkpoint-dir".into());

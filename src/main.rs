@@ -120,7 +120,7 @@ fn spmd(g: &graphscale::cli::Global, f: impl Fn(&Comm) -> Result<()> + Sync) -> 
         }
     };
     if under_mpi {
-        let Some(comm) = MpiComm::init(timeout) else {
+        let Some(comm) = MpiComm::init(timeout, g.ranks_per_node()) else {
             eprintln!("graphscale: MPI was already initialised");
             return 1;
         };
@@ -130,7 +130,9 @@ fn spmd(g: &graphscale::cli::Global, f: impl Fn(&Comm) -> Result<()> + Sync) -> 
         finish(&comm, r)
     } else {
         install_panic_hook(0, false);
-        let codes = local::run(g.ranks.max(1), timeout, |comm| {
+        let n = g.ranks.max(1);
+        let per_node = g.ranks_per_node().unwrap_or(n);
+        let codes = local::run_nodes(n, per_node, timeout, |comm| {
             let r = f(&comm);
             finish(&comm, r)
         });

@@ -16,6 +16,10 @@ pub struct Phases {
     pub apply: f64,
     /// Waiting for the compute pool (compute not hidden behind sampling and fetching).
     pub wait: f64,
+    /// The compute pool without a batch (hogwild): the main thread's sampling and
+    /// communication that compute did not hide.
+    #[serde(default)]
+    pub idle: f64,
     pub output: f64,
 }
 
@@ -49,6 +53,18 @@ pub struct RankMetrics {
     pub resumed_from: Option<u64>,
     /// Batches dropped by --on-nan skip.
     pub skipped_batches: u64,
+    /// Remote-row cache (hogwild across nodes): its rows, and per batch row its hits, first
+    /// reads, re-reads after `--cache-refresh` steps, and the rows evicted to make room.
+    #[serde(default)]
+    pub cache_rows: u64,
+    #[serde(default)]
+    pub cache_hits: u64,
+    #[serde(default)]
+    pub cache_misses: u64,
+    #[serde(default)]
+    pub cache_refreshes: u64,
+    #[serde(default)]
+    pub cache_evictions: u64,
 }
 
 impl RankMetrics {

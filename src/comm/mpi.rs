@@ -44,7 +44,9 @@ pub struct MpiComm {
 impl MpiComm {
     /// Initialise MPI (thread level MULTIPLE: the watchdog may call `MPI_Abort` from its thread).
     /// Returns `None` when MPI was already initialised.
-    pub fn init(timeout: Duration) -> Option<MpiComm> {
+    /// `per_node` groups ranks that many at a time into simulated nodes (`--ranks-per-node`);
+    /// `None` groups the ranks of each machine.
+    pub fn init(timeout: Duration, per_node: Option<usize>) -> Option<MpiComm> {
         let (universe, provided) = mpi::initialize_with_threading(mpi::Threading::Multiple)?;
         let world = universe.world();
         let rank = world.rank() as usize;
@@ -62,13 +64,9 @@ impl MpiComm {
             .and_then(|s| s.parse().ok())
             .filter(|&b: &u64| b > 0 && b <= DEFAULT_ROUND_BYTES)
             .unwrap_or(DEFAULT_ROUND_BYTES);
-        // A test hook: GRAPHSCALE_RANKS_PER_NODE=n groups ranks n by n into "nodes", so that the
-        // paths for rows of other nodes run on one machine.
-        let node = match std::env::var("GRAPHSCALE_RANKS_PER_NODE")
-            .ok()
-            .and_then(|s| s.parse::<usize>().ok())
-            .filter(|&n| n > 0)
-        {
+        // --ranks-per-node n groups ranks n by n into simulated "nodes", so that the paths for
+        // rows and walkers of other nodes run on one machine.
+        let node = match per_node.filter(|&n| n > 0) {
             Some(n) => world
                 .split_by_color(mpi::topology::Color::with_value((rank / n) as c_int))
                 .expect("every rank has a color"),
@@ -112,25 +110,23 @@ impl MpiComm {
 
     pub fn all_to_all_v(&self, send: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
         let n = self.size();
-        let send_lens: Vec<u64> = send.iter().map(|b| b.len() as u64).collect();
-        let mut recv_lens = vec![0u64; n];
-        self.world
-            .all_to_all_into(&send_lens[..], &mut recv_lens[..]);
-        let most = send_lens
+        // Every peer learns its length and the sender's longest buffer: the longest of all
+        // (hence the number of rounds) is then known everywhere without another collective.
+        let local_most = send.iter().map(|b| b.len() as u64).max().unwrap_or(0);
+        let send_lens: Vec<u64> = send
             .iter()
-            .chain(&recv_lens)
-            .copied()
-            .max()
-            .unwrap_or(0);
-        let mut rounds = [most.div_ceil(self.round_bytes).max(1)];
-        let mine = rounds;
-        self.world
-            .all_reduce_into(&mine[..], &mut rounds[..], SystemOperation::max());
+            .flat_map(|b| [b.len() as u64, local_most])
+            .collect();
+        let mut got = vec![0u64; 2 * n];
+        self.world.all_to_all_into(&send_lens[..], &mut got[..]);
+        let recv_lens: Vec<u64> = got.iter().step_by(2).copied().collect();
+        let most = got.iter().skip(1).step_by(2).copied().max().unwrap_or(0);
+        let rounds = most.div_ceil(self.round_bytes).max(1);
         let mut recv: Vec<Vec<u8>> = recv_lens
             .iter()
             .map(|&l| Vec::with_capacity(l as usize))
             .collect();
-        for round in 0..rounds[0] {
+        for round in 0..rounds {
             let piece = |len: u64| -> (u64, u64) {
                 let start = (round * self.round_bytes).min(len);
                 let end = ((round + 1) * self.round_bytes).min(len);

@@ -212,6 +212,8 @@ impl Keep {
 pub struct WalkEngine {
     params: WalkParams,
     walkers: Vec<Walker>,
+    /// Walkers shipped by `superstep_local` and not yet delivered anywhere.
+    in_transit: u64,
     /// Local start nodes in a fixed random order.
     order: Vec<u32>,
     next_start: u64,
@@ -258,6 +260,7 @@ impl WalkEngine {
             total_starts: u64::from(params.walks_per_node) * n as u64,
             params,
             walkers: Vec::new(),
+            in_transit: 0,
             order,
             next_start: 0,
             keep,
@@ -268,7 +271,7 @@ impl WalkEngine {
 
     /// Walks not yet started or still walking on this rank.
     pub fn pending(&self) -> u64 {
-        self.total_starts - self.next_start + self.walkers.len() as u64
+        self.total_starts - self.next_start + self.walkers.len() as u64 + self.in_transit
     }
 
     /// This rank's start cursor and its total starts per epoch.
@@ -328,6 +331,36 @@ impl WalkEngine {
         rng: &mut Rng,
         out_segs: &mut Segments,
     ) -> StepOut {
+        let (mut out, send) = self.superstep_local(comm, g, rng, out_segs);
+        let recv = comm.all_to_all_v(send);
+        self.deliver(recv.iter().map(Vec::as_slice));
+        out.active = self.walkers.len();
+        out
+    }
+
+    /// Walkers that arrived from other ranks (the buffers of `superstep_local`'s exchange).
+    pub fn deliver<'b>(&mut self, bufs: impl Iterator<Item = &'b [u8]>) {
+        for b in bufs {
+            let mut o = 0;
+            while o < b.len() {
+                let (w, used) = Walker::decode(&b[o..]);
+                o += used;
+                self.walkers.push(w);
+            }
+        }
+        self.in_transit = 0;
+    }
+
+    /// [`WalkEngine::superstep`] without its final exchange: returns the encoded walkers to
+    /// ship, per destination rank, for the caller to send (with other data of the step) and
+    /// hand to the receivers' [`WalkEngine::deliver`]. Until then they count as pending.
+    pub fn superstep_local(
+        &mut self,
+        comm: &Comm,
+        g: &LocalGraph,
+        rng: &mut Rng,
+        out_segs: &mut Segments,
+    ) -> (StepOut, Vec<Vec<u8>>) {
         let n = g.num_local() as u64;
         while self.walkers.len() < self.params.in_flight && self.next_start < self.total_starts {
             let s = self.next_start;
@@ -432,6 +465,7 @@ impl WalkEngine {
                 } else {
                     let l = lanes.swap_remove(i);
                     advance(g, l.w, x, &mut send);
+                    self.in_transit += 1;
                 }
             }
         }
@@ -444,21 +478,13 @@ impl WalkEngine {
                 let a = if yes { 1.0 } else { 1.0 / q };
                 if u < a {
                     advance(g, w, x, &mut send);
+                    self.in_transit += 1;
                 } else {
                     self.walkers.push(w);
                 }
             }
         }
-        for b in comm.all_to_all_v(send) {
-            let mut o = 0;
-            while o < b.len() {
-                let (w, used) = Walker::decode(&b[o..]);
-                o += used;
-                self.walkers.push(w);
-            }
-        }
-        out.active = self.walkers.len();
-        out
+        (out, send)
     }
 }
 

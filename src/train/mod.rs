@@ -7,6 +7,7 @@
 //! is pushed, and the next batch is sampled meanwhile. See `docs/architecture.md` for the
 //! consistency contract.
 
+pub mod cache;
 pub mod output;
 
 use std::io::Write;
@@ -17,7 +18,9 @@ use rustc_hash::FxHashMap;
 
 use crate::checkpoint::{self, Cursor, Restored, Snapshot, Writing};
 use crate::comm::{Comm, ReduceOp};
-use crate::config::{Every, FaultKind, Kernel, Model, NodeMemory, OnNan, TrainConfig, Update};
+use crate::config::{
+    Every, FaultKind, Fetch, Kernel, Model, NodeMemory, OnNan, TrainConfig, Update,
+};
 use crate::error::{Error, Result};
 use crate::graph::{csr, LocalGraph, NodeId};
 use crate::model::sgns;
@@ -27,7 +30,8 @@ use crate::sample::walk::{Segments, WalkEngine, WalkParams};
 use crate::sample::{rng_for, Rng};
 use crate::spmd::{agree, fatal};
 use crate::stats::{human_bytes, peak_rss_bytes, RankMetrics, Timer};
-use crate::store::{decode_row, InPlaceRows, OptParams, Shard};
+use crate::store::{decode_row, encode_row, InPlaceRows, OptParams, Shard};
+use cache::{Admission, RowCache};
 
 /// Matrix ids: 0 holds vertex (input) rows, 1 context (output) rows.
 const VERTEX: usize = 0;
@@ -72,6 +76,19 @@ pub struct Trainer<'a> {
     /// Hogwild on node-shared rows, on every rank alike (some node has several ranks; a rank
     /// alone on its node takes part too): batches end in a barrier, walks cross node ranks.
     node_rows: bool,
+    /// Hogwild across nodes with `--cache-rows` > 0: copies of other nodes' rows, trained in
+    /// place and synchronised every `--cache-refresh` steps.
+    cache: Option<RowCache>,
+    adm: Admission,
+    /// Walkers and step counts that ride in the next exchange (walks with the row cache), and
+    /// what that exchange brought back: per source rank its walkers, and the global sums.
+    carry: Option<(Vec<Vec<u8>>, [u64; 2])>,
+    carried: Option<(Vec<Vec<u8>>, [u64; 2])>,
+    /// The pool's activity: batches spawned and not finished, and when the last one ended
+    /// (nanoseconds since `t0`), for the `idle` phase.
+    inflight: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    last_end: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    t0: Instant,
 }
 
 /// Checkpoint bookkeeping of a run with --checkpoint-dir.
@@ -98,6 +115,10 @@ struct Pending {
     keys: Vec<u64>,
     pairs: usize,
     rx: std::sync::mpsc::Receiver<(Vec<f32>, f64, f64)>,
+    /// The step that launched it.
+    step: u64,
+    /// Its remote rows live in the row cache: nothing to push when it ends.
+    cached: bool,
 }
 
 /// Collective: load the graph, allocate storage, train, write the output.
@@ -106,7 +127,14 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     let g = csr::load(comm, &cfg.graph, cfg.partition, csr::LOAD_CHUNK_EDGES)?;
     let load_secs = t.secs();
     let rows = g.num_local() as u64;
-    let estimate = cfg.memory_estimate(rows);
+    // The row cache of hogwild across nodes (its copies and their bases).
+    let cached = if cfg.update == Update::Hogwild && comm.node_size() < comm.size() {
+        cfg.cache_rows
+            .unwrap_or(g.num_local() * if cfg.model == Model::Line && cfg.order == 1 { 1 } else { 2 })
+    } else {
+        0
+    };
+    let estimate = cfg.memory_estimate(rows) + RowCache::bytes(cached, cfg.dim);
     let max_est = comm.max_u64(estimate);
     let max_rows = comm.max_u64(rows);
     if comm.rank() == 0 {
@@ -130,6 +158,15 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     agree(
         comm,
         match cfg.max_memory {
+            Some(limit) if estimate > limit && RowCache::bytes(cached, cfg.dim) > 0 => {
+                Err(Error::config(format!(
+                    "the storage estimate {} (of which the remote-row cache, --cache-rows {}: {}) exceeds --max-memory {}; lower --cache-rows (0 disables the cache), use more ranks, or a smaller --dim",
+                    human_bytes(estimate),
+                    cached,
+                    human_bytes(RowCache::bytes(cached, cfg.dim)),
+                    human_bytes(limit)
+                )))
+            }
             Some(limit) if estimate > limit => Err(Error::config(format!(
                 "the storage estimate {} exceeds --max-memory {}; use more ranks, --dtype f16, or a smaller --dim",
                 human_bytes(estimate),
@@ -238,6 +275,13 @@ impl<'a> Trainer<'a> {
             resumed: None,
             shared: None,
             node_rows: false,
+            cache: None,
+            adm: Admission::default(),
+            carry: None,
+            carried: None,
+            inflight: Default::default(),
+            last_end: Default::default(),
+            t0: Instant::now(),
         })
         .map(|mut t| {
             if cfg.update == Update::Hogwild {
@@ -262,6 +306,13 @@ impl<'a> Trainer<'a> {
                 if ok[0] == 1 {
                     t.node_rows = ok[1] == 1;
                     t.shared = if t.node_rows { node } else { own };
+                }
+                if let Some(rows) = t.shared.as_ref().filter(|s| !s[VERTEX].all()) {
+                    let capacity = cache_capacity(cfg, g, rows, t.shards.len());
+                    if capacity > 0 {
+                        t.cache = Some(RowCache::new(capacity, cfg.dim, cfg.cache_refresh));
+                        t.m.cache_rows = capacity as u64;
+                    }
                 }
             }
             t
@@ -507,6 +558,7 @@ impl<'a> Trainer<'a> {
         let mut segs = Segments::default();
         let mut pairs = Vec::new();
         let by_token = self.shared.is_some() && cfg.kernel == Kernel::Token;
+        let carry = self.cache.is_some();
         let mut progress = Progress::new(self.comm.rank() == 0);
         for epoch in first_epoch..cfg.epochs {
             if epoch > first_epoch || self.m.resumed_from.is_none() {
@@ -516,22 +568,47 @@ impl<'a> Trainer<'a> {
                 let t = Timer::start();
                 segs.clear();
                 pairs.clear();
-                let out = engine.superstep(self.comm, self.g, &mut wrng, &mut segs);
-                if !by_token {
-                    segs.pairs(&mut pairs);
-                }
-                let global = self
-                    .comm
-                    .all_reduce_u64(&[engine.pending(), out.tokens], ReduceOp::Sum);
-                self.m.seconds.sample += t.secs();
-                self.m.tokens += out.tokens;
-                done += global[1] as f64;
-                let lr = self.lr_at(done / total);
-                if by_token {
-                    self.train(Work::Segments(&segs), lr);
+                let (out, global, lr) = if carry {
+                    // Walkers and the step's counts travel in the rows' exchange: one
+                    // collective less per step. The rate is that of the progress before this
+                    // step (the step's tokens are summed by the exchange).
+                    let (out, send) = engine.superstep_local(self.comm, self.g, &mut wrng, &mut segs);
+                    if !by_token {
+                        segs.pairs(&mut pairs);
+                    }
+                    self.carry = Some((send, [engine.pending(), out.tokens]));
+                    self.m.seconds.sample += t.secs();
+                    let lr = self.lr_at(done / total);
+                    if by_token {
+                        self.train(Work::Segments(&segs), lr);
+                    } else {
+                        self.train_step(&pairs, lr);
+                    }
+                    let (walkers, global) = self.carried.take().expect("the exchange ran");
+                    let t = Timer::start();
+                    engine.deliver(walkers.iter().map(Vec::as_slice));
+                    self.m.seconds.sample += t.secs();
+                    done += global[1] as f64;
+                    (out, global, lr)
                 } else {
-                    self.train_step(&pairs, lr);
-                }
+                    let out = engine.superstep(self.comm, self.g, &mut wrng, &mut segs);
+                    if !by_token {
+                        segs.pairs(&mut pairs);
+                    }
+                    let global = self
+                        .comm
+                        .all_reduce_u64(&[engine.pending(), out.tokens], ReduceOp::Sum);
+                    self.m.seconds.sample += t.secs();
+                    done += global[1] as f64;
+                    let lr = self.lr_at(done / total);
+                    if by_token {
+                        self.train(Work::Segments(&segs), lr);
+                    } else {
+                        self.train_step(&pairs, lr);
+                    }
+                    (out, [global[0], global[1]], lr)
+                };
+                self.m.tokens += out.tokens;
                 progress.tick(done / total, &self.m, lr);
                 if global[0] == 0 {
                     break;
@@ -795,6 +872,10 @@ impl<'a> Trainer<'a> {
             .filter(|&&r| r & sgns::REMOTE == 0)
             .count() as u64;
         self.m.seconds.sample += t.secs();
+        if self.cache.is_some() {
+            self.cached_launch(planned, keys, lr);
+            return;
+        }
 
         // Across ranks, a batch reads remote rows as they are after every update of the
         // previous step: the previous batch ends, its deltas are pushed and applied everywhere
@@ -839,6 +920,7 @@ impl<'a> Trainer<'a> {
         let (centers, targets) = (in_place[VERTEX].cells, in_place[self.target_matrix].cells);
         let (tx, rx) = std::sync::mpsc::channel();
         let npairs = planned.pairs();
+        let done = self.pool_started();
         self.pool.spawn(move || {
             use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
             let t = Timer::start();
@@ -846,41 +928,289 @@ impl<'a> Trainer<'a> {
             // SAFETY: the trainer keeps its shards alive and takes no `&mut` access to their
             // windows until it has received this task's result (`finish`, `drain`, `Drop`).
             let (c, tg) = unsafe { (centers.cells(), targets.cells()) };
-            let loss = match &planned {
-                Planned::Pairs { pidx, nidx } => {
-                    sgns::sgd_in_place(c, tg, &cells, dim, pidx, nidx, k, lr)
-                }
-                Planned::Segments {
-                    refs,
-                    wins,
-                    segs,
-                    negs,
-                    first_group,
-                    ..
-                } => {
-                    let rows = sgns::SegmentRows {
-                        refs,
-                        wins,
-                        segs,
-                        negs,
-                        first_group,
-                    };
-                    sgns::sgd_segments(c, tg, &cells, dim, &rows, k, window, lr)
-                }
-            };
+            let loss = planned.train(c, tg, &cells, dim, k, window, lr);
             let deltas: Vec<f32> = cells
                 .iter()
                 .zip(&rows)
                 .map(|(c, o)| f32::from_bits(c.load(Relaxed)) - o)
                 .collect();
+            let secs = t.secs();
+            done();
             // The receiver only disappears if the rank is already failing.
-            let _ = tx.send((deltas, loss, t.secs()));
+            let _ = tx.send((deltas, loss, secs));
         });
         self.pending.push_back(Pending {
             keys,
             pairs: npairs,
             rx,
+            step: self.step,
+            cached: false,
         });
+    }
+
+    /// A batch is about to go to the pool: add the time the pool stood without work to the
+    /// `idle` phase. Returns what the task calls when it ends.
+    fn pool_started(&mut self) -> impl FnOnce() + Send + 'static {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.inflight.fetch_add(1, SeqCst) == 0 {
+            let end = self.last_end.load(SeqCst);
+            let now = self.t0.elapsed().as_nanos() as u64;
+            if end > 0 && now > end {
+                self.m.seconds.idle += (now - end) as f64 * 1e-9;
+            }
+        }
+        let (inflight, last_end, t0) = (self.inflight.clone(), self.last_end.clone(), self.t0);
+        move || {
+            last_end.store(t0.elapsed().as_nanos() as u64, SeqCst);
+            inflight.fetch_sub(1, SeqCst);
+        }
+    }
+
+    /// Hogwild across nodes with the row cache: give the batch's remote rows cache slots,
+    /// exchange deltas and rows with their owners (collective), and launch the batch. Up to
+    /// `CACHE_DEPTH` batches are on the pool, so the exchange overlaps the previous batch.
+    fn cached_launch(&mut self, mut planned: Planned, keys: Vec<u64>, lr: f32) {
+        while self.pending.len() >= CACHE_DEPTH {
+            let prev = self.pending.pop_front().expect("pending batch");
+            self.finish(prev, lr);
+        }
+        let t = Timer::start();
+        let mut adm = std::mem::take(&mut self.adm);
+        adm.clear();
+        loop {
+            let oldest = self.pending.front().map_or(self.step, |p| p.step);
+            let cache = self.cache.as_mut().expect("cached_launch needs the cache");
+            if cache.admit(&keys, self.step, oldest, &mut adm) {
+                break;
+            }
+            if self.pending.is_empty() {
+                // One batch needs more rows than the cache holds.
+                let want = (cache.len() + keys.len()).max(cache.capacity() * 5 / 4);
+                log::warn!(
+                    "rank {}: step {}: a batch needs {} remote rows, the cache holds {}: growing it to {want} (raise --cache-rows or lower --batch-size)",
+                    self.comm.rank(),
+                    self.step,
+                    keys.len(),
+                    cache.capacity()
+                );
+                cache.grow(want);
+                self.m.cache_rows = want as u64;
+            } else {
+                // Rows of the batches on the pool cannot be evicted: let them end.
+                while let Some(prev) = self.pending.pop_front() {
+                    self.finish(prev, lr);
+                }
+            }
+        }
+        self.m.cache_hits += adm.hits;
+        self.m.cache_misses += adm.misses;
+        self.m.cache_refreshes += adm.refreshes;
+        self.m.cache_evictions += adm.evictions;
+        planned.remap_remote(&adm.slots);
+        self.m.seconds.sample += t.secs();
+        self.exchange(&adm);
+        self.adm = adm;
+
+        let in_place = self.shared.clone().expect("hogwild rows");
+        let (centers, targets) = (in_place[VERTEX].cells, in_place[self.target_matrix].cells);
+        let remote = self.cache.as_ref().expect("cache").cells.clone();
+        let (dim, k, window) = (self.cfg.dim, self.cfg.negatives as usize, self.cfg.window);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let npairs = planned.pairs();
+        let done = self.pool_started();
+        self.pool.spawn(move || {
+            let t = Timer::start();
+            // SAFETY: as in `hogwild_step`: the trainer keeps its shards alive and takes no
+            // `&mut` access to their windows until it has received this task's result.
+            let (c, tg) = unsafe { (centers.cells(), targets.cells()) };
+            let loss = planned.train(c, tg, &remote, dim, k, window, lr);
+            // Let go of the cache's rows before reporting: the trainer may then grow it.
+            drop(remote);
+            let secs = t.secs();
+            done();
+            // The receiver only disappears if the rank is already failing.
+            let _ = tx.send((Vec::new(), loss, secs));
+        });
+        self.pending.push_back(Pending {
+            keys: Vec::new(),
+            pairs: npairs,
+            rx,
+            step: self.step,
+            cached: true,
+        });
+    }
+
+    /// Collective: send the admission's deltas to their owners and add the deltas received to
+    /// this rank's rows; read the rows it asks for (in the same all-to-all and a second one that
+    /// returns them, or one-sidedly after a barrier with `--fetch rma`) and install them in the
+    /// cache. Rows and deltas travel in `--wire-dtype`.
+    fn exchange(&mut self, adm: &Admission) {
+        let (comm, cfg, part) = (self.comm, self.cfg, &self.g.part);
+        let (dim, wire, me, n) = (cfg.dim, cfg.wire_dtype, comm.rank(), comm.size());
+        let wb = dim * wire.size();
+        let rma = cfg.fetch == Fetch::Rma;
+        let in_place = self.shared.clone().expect("hogwild rows");
+        let head = |key: u64| -> (usize, u32) {
+            let (owner, row) = part.locate(key >> 1);
+            (owner, (row as u32) | (((key & 1) as u32) << 31))
+        };
+        // Per owner: [pending, tokens: u64 x 2][walker bytes: u32][walkers][deltas: u32]
+        // [deltas x (head, dim x wire)][requests x head].
+        let t = Timer::start();
+        let (walkers, counts) = match self.carry.take() {
+            Some((w, c)) => (w, c),
+            None => (vec![Vec::new(); n], [0; 2]),
+        };
+        let mut at = vec![0usize; n];
+        let mut send: Vec<Vec<u8>> = walkers
+            .into_iter()
+            .enumerate()
+            .map(|(o, w)| {
+                let mut b = Vec::with_capacity(24 + w.len());
+                b.extend_from_slice(&counts[0].to_le_bytes());
+                b.extend_from_slice(&counts[1].to_le_bytes());
+                b.extend_from_slice(&(w.len() as u32).to_le_bytes());
+                b.extend_from_slice(&w);
+                at[o] = b.len();
+                b.extend_from_slice(&[0u8; 4]);
+                b
+            })
+            .collect();
+        let mut count = vec![0u32; n];
+        let mut enc = vec![0u8; wb];
+        for (i, &key) in adm.push_keys.iter().enumerate() {
+            let (o, h) = head(key);
+            encode_row(wire, &adm.push_vals[i * dim..(i + 1) * dim], &mut enc);
+            send[o].extend_from_slice(&h.to_le_bytes());
+            send[o].extend_from_slice(&enc);
+            count[o] += 1;
+        }
+        for ((b, c), &a) in send.iter_mut().zip(&count).zip(&at) {
+            b[a..a + 4].copy_from_slice(&c.to_le_bytes());
+        }
+        self.m.push_bytes_sent += adm.push_keys.len() as u64 * (4 + wb) as u64;
+        // Where each owner's rows go, in request order.
+        let mut asked: Vec<Vec<(u32, bool)>> = vec![Vec::new(); n];
+        for &(slot, key, new) in &adm.fetch {
+            let (o, h) = head(key);
+            if !rma {
+                send[o].extend_from_slice(&h.to_le_bytes());
+            }
+            asked[o].push((slot, new));
+        }
+        let recv = comm.all_to_all_v(send);
+        self.m.seconds.push += t.secs();
+
+        // Deltas for this rank's rows, added as the pool adds (relaxed atomics); requests
+        // answered from the rows as they are then.
+        let t = Timer::start();
+        let bad = |what: &str| -> ! {
+            fatal(comm, Some(self.step), &format!("received {what}"));
+        };
+        let own = |h: u32| -> (usize, usize) {
+            let (m, row) = ((h >> 31) as usize, (h & 0x7fff_ffff) as usize);
+            if m >= self.shards.len() || row >= self.shards[m].rows {
+                bad("a row this rank does not own");
+            }
+            let first = in_place[m].first_row[me].expect("a rank's own rows are in place");
+            (m, (first as usize + row) * dim)
+        };
+        let mut reply: Vec<Vec<u8>> = vec![Vec::new(); n];
+        let mut row = vec![0f32; dim];
+        let mut sums = [0u64; 2];
+        let mut arrived = Vec::with_capacity(n);
+        let u32_at = |b: &[u8], i: usize| -> usize {
+            match b.get(i..i + 4) {
+                Some(x) => u32::from_le_bytes(x.try_into().expect("4 bytes")) as usize,
+                None => bad("a truncated exchange message"),
+            }
+        };
+        for (src, b) in recv.iter().enumerate() {
+            if b.len() < 24 {
+                bad("a truncated exchange message");
+            }
+            for (i, x) in sums.iter_mut().enumerate() {
+                *x += u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+            }
+            let wl = u32_at(b, 16);
+            let Some(w) = b.get(20..20 + wl) else {
+                bad("a truncated exchange message")
+            };
+            arrived.push(w.to_vec());
+            let deltas = u32_at(b, 20 + wl);
+            let b = &b[24 + wl..];
+            let rec = 4 + wb;
+            let (d, reqs) = b.split_at((deltas * rec).min(b.len()));
+            if d.len() != deltas * rec || reqs.len() % 4 != 0 {
+                bad("a malformed exchange message");
+            }
+            self.m.push_bytes_received += d.len() as u64;
+            for r in d.chunks_exact(rec) {
+                let (m, at) = own(u32::from_le_bytes(r[..4].try_into().expect("4 bytes")));
+                decode_row(wire, &r[4..], &mut row);
+                // SAFETY: the shards outlive this call and nothing takes `&mut` access to
+                // their windows while cells are in use; pool tasks update rows with relaxed
+                // atomic accesses, as these are.
+                let cells = unsafe { in_place[m].cells.cells() };
+                for (c, x) in cells[at..at + dim].iter().zip(&row) {
+                    use std::sync::atomic::Ordering::Relaxed;
+                    c.store((f32::from_bits(c.load(Relaxed)) + x).to_bits(), Relaxed);
+                }
+            }
+            for h in reqs.chunks_exact(4) {
+                let (m, at) = own(u32::from_le_bytes(h.try_into().expect("4 bytes")));
+                // SAFETY: as above.
+                let cells = unsafe { in_place[m].cells.cells() };
+                for (o, c) in row.iter_mut().zip(&cells[at..at + dim]) {
+                    *o = f32::from_bits(c.load(std::sync::atomic::Ordering::Relaxed));
+                }
+                encode_row(wire, &row, &mut enc);
+                reply[src].extend_from_slice(&enc);
+            }
+        }
+        self.carried = Some((arrived, sums));
+        self.m.seconds.apply += t.secs();
+
+        let t = Timer::start();
+        let cache = self.cache.as_mut().expect("exchange needs the cache");
+        let fetched = adm.fetch.len();
+        if !rma {
+            let rows = comm.all_to_all_v(reply);
+            for (o, b) in rows.iter().enumerate() {
+                if b.len() != asked[o].len() * wb {
+                    fatal(
+                        comm,
+                        Some(self.step),
+                        &format!("rank {o} answered {} bytes for {} rows", b.len(), asked[o].len()),
+                    );
+                }
+                self.m.fetch_bytes += b.len() as u64;
+                for (&(slot, new), r) in asked[o].iter().zip(b.chunks_exact(wb)) {
+                    decode_row(wire, r, &mut row);
+                    cache.install(slot, &row, new);
+                }
+            }
+        } else {
+            // Every owner has added the deltas before any rank reads.
+            comm.barrier();
+            let mut by: Vec<Vec<Vec<(u32, u32)>>> = vec![vec![Vec::new(); n]; self.shards.len()];
+            let mut slot_new = Vec::with_capacity(fetched);
+            for &(slot, key, new) in &adm.fetch {
+                let (o, r) = part.locate(key >> 1);
+                by[(key & 1) as usize][o].push((slot_new.len() as u32, r as u32));
+                slot_new.push((slot, new));
+            }
+            let mut rows = vec![0f32; fetched * dim];
+            for (m, shard) in self.shards.iter().enumerate() {
+                let c = fetch_remote(comm, cfg, shard, &by[m], &mut rows);
+                self.m.fetch_bytes += (c * shard.row_bytes()) as u64;
+            }
+            for (&(slot, new), r) in slot_new.iter().zip(rows.chunks_exact(dim)) {
+                cache.install(slot, r, new);
+            }
+        }
+        self.m.remote_rows += fetched as u64;
+        self.m.seconds.fetch += t.secs();
     }
 
     /// Apply the batch still in flight, if any (end of training).
@@ -888,6 +1218,13 @@ impl<'a> Trainer<'a> {
     pub fn drain(&mut self, lr: f32) {
         while let Some(prev) = self.pending.pop_front() {
             self.finish(prev, lr);
+        }
+        if let Some(cache) = &mut self.cache {
+            // Owners get every cached delta (the output and checkpoints hold them).
+            let mut adm = std::mem::take(&mut self.adm);
+            cache.flush(&mut adm);
+            self.exchange(&adm);
+            self.adm = adm;
         }
         if self.node_rows {
             self.comm.barrier();
@@ -911,7 +1248,13 @@ impl<'a> Trainer<'a> {
             // The receiver only disappears if the rank is already failing.
             let _ = tx.send((grads, loss, t.secs()));
         });
-        Pending { keys, pairs, rx }
+        Pending {
+            keys,
+            pairs,
+            rx,
+            step: self.step,
+            cached: false,
+        }
     }
 
     /// Wait for a launched batch, check it, push its gradients and apply them.
@@ -928,6 +1271,20 @@ impl<'a> Trainer<'a> {
         };
         self.m.seconds.wait += t.secs();
         self.m.seconds.compute += compute_secs;
+        if p.cached {
+            if !loss.is_finite() {
+                fatal(
+                    comm,
+                    Some(self.step),
+                    &"non-finite loss; lower --lr",
+                );
+            }
+            self.m.loss_sum += loss;
+            self.m.loss_terms += (p.pairs * (1 + k)) as u64;
+            self.m.pairs += p.pairs as u64;
+            self.m.steps += 1;
+            return;
+        }
         let keys = p.keys;
         let nslots = keys.len();
         let mut grads = grads;
@@ -1131,6 +1488,19 @@ fn free_bytes(path: &str) -> Option<u64> {
 /// six 5.80M), 3 batches 5.22-7.60M (median 6.54M), Micro-F1 the same (docs/performance.md).
 const IN_PLACE_DEPTH: usize = 3;
 
+/// Hogwild batches on the pool at once across nodes with the row cache: the next batch's
+/// exchange runs while the pool trains the previous one.
+const CACHE_DEPTH: usize = 2;
+
+/// Rows of the remote-row cache: `--cache-rows`, or by default as many rows as this rank owns
+/// (over its matrices), at most the rows of other nodes.
+fn cache_capacity(cfg: &TrainConfig, g: &LocalGraph, rows: &[InPlaceRows], matrices: usize) -> usize {
+    let in_place = rows[VERTEX].cells.len() / cfg.dim;
+    let remote = g.num_nodes().saturating_sub(in_place as u64) as usize * matrices;
+    cfg.cache_rows
+        .unwrap_or((g.num_local() * matrices).min(remote))
+}
+
 /// What a hogwild step trains: pairs (LINE, or walks with `--kernel pair`), or walk segments
 /// trained token by token (`sgns::sgd_segments`).
 enum Work<'a> {
@@ -1155,6 +1525,55 @@ enum Planned {
 }
 
 impl Planned {
+    /// Rewrite `REMOTE | i` (the batch's i-th remote row) to `REMOTE | slots[i]`.
+    fn remap_remote(&mut self, slots: &[u32]) {
+        let (a, b) = match self {
+            Planned::Pairs { pidx, nidx } => (pidx, nidx),
+            Planned::Segments { refs, negs, .. } => (refs, negs),
+        };
+        for r in a.iter_mut().flatten().chain(b.iter_mut()) {
+            if *r != sgns::SKIP && *r & sgns::REMOTE != 0 {
+                *r = sgns::REMOTE | slots[(*r & !sgns::REMOTE) as usize];
+            }
+        }
+    }
+
+    /// Run the batch's in-place updates (on the current pool); returns the sampled loss.
+    #[allow(clippy::too_many_arguments)]
+    fn train(
+        &self,
+        c: &[std::sync::atomic::AtomicU32],
+        tg: &[std::sync::atomic::AtomicU32],
+        remote: &[std::sync::atomic::AtomicU32],
+        dim: usize,
+        k: usize,
+        window: u32,
+        lr: f32,
+    ) -> f64 {
+        match self {
+            Planned::Pairs { pidx, nidx } => {
+                sgns::sgd_in_place(c, tg, remote, dim, pidx, nidx, k, lr)
+            }
+            Planned::Segments {
+                refs,
+                wins,
+                segs,
+                negs,
+                first_group,
+                ..
+            } => {
+                let rows = sgns::SegmentRows {
+                    refs,
+                    wins,
+                    segs,
+                    negs,
+                    first_group,
+                };
+                sgns::sgd_segments(c, tg, remote, dim, &rows, k, window, lr)
+            }
+        }
+    }
+
     fn references(&self) -> impl Iterator<Item = &u32> {
         let (a, b) = match self {
             Planned::Pairs { pidx, nidx } => (pidx, nidx),

@@ -1,0 +1,363 @@
+//! The hot-row cache of hogwild across nodes (HET, VLDB 2022, for embedding models): a rank keeps
+//! copies of the remote rows its batches touch, its pool trains them in place as it trains its
+//! own rows, and each copy is synchronised with its owner at most every `refresh` steps: its
+//! accumulated delta (value now minus value at the last synchronisation) is pushed, and its value
+//! is read again when it is next used. A row's copy is therefore never more than `refresh` steps
+//! old when a batch reads it, and an update stays on this rank at most `refresh` steps (plus the
+//! batches still on the pool) before its owner has it.
+//!
+//! The cache only decides: which slot each of a batch's remote rows takes, which rows must be
+//! (re)read from their owners, and which deltas go out. The trainer moves the bytes
+//! (`Trainer::exchange`) and installs what arrives ([`RowCache::install`]).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+
+const EMPTY: u64 = u64::MAX;
+const CLEAN: u64 = u64::MAX;
+
+/// What one batch needs from the exchange, filled by [`RowCache::admit`].
+#[derive(Default)]
+pub struct Admission {
+    /// Per key of the batch (same order), its slot.
+    pub slots: Vec<u32>,
+    /// Rows to read from their owners: (slot, key, whether the slot is new).
+    pub fetch: Vec<(u32, u64, bool)>,
+    /// Deltas to push: keys, and `dim` values per key.
+    pub push_keys: Vec<u64>,
+    pub push_vals: Vec<f32>,
+    /// Counters of this admission.
+    pub hits: u64,
+    pub misses: u64,
+    pub refreshes: u64,
+    pub evictions: u64,
+}
+
+impl Admission {
+    /// Start a new step's admission (the trainer calls it once per exchange).
+    pub fn clear(&mut self) {
+        self.slots.clear();
+        self.fetch.clear();
+        self.push_keys.clear();
+        self.push_vals.clear();
+        self.hits = 0;
+        self.misses = 0;
+        self.refreshes = 0;
+        self.evictions = 0;
+    }
+}
+
+/// Copies of remote rows (keys `node << 1 | matrix`), trained in place by the pool.
+pub struct RowCache {
+    dim: usize,
+    /// The copies, `capacity * dim` f32 bits; pool tasks hold a clone of the `Arc`.
+    pub cells: Arc<Vec<AtomicU32>>,
+    /// Per slot, the value at its last synchronisation (the delta's origin).
+    base: Vec<f32>,
+    slot_of: FxHashMap<u64, u32>,
+    key: Vec<u64>,
+    /// Step at which the slot's value was last read from its owner.
+    fetched: Vec<u64>,
+    /// Last step whose batch references the slot.
+    used: Vec<u64>,
+    /// Step at which the slot's delta is due to be pushed (CLEAN: nothing to push).
+    due_at: Vec<u64>,
+    /// Use counts (halved at every eviction round: recent use weighs more).
+    uses: Vec<u32>,
+    free: Vec<u32>,
+    due: VecDeque<(u64, u32)>,
+    refresh: u64,
+}
+
+impl RowCache {
+    pub fn new(capacity: usize, dim: usize, refresh: u64) -> RowCache {
+        let mut c = RowCache {
+            dim,
+            cells: Arc::new(Vec::new()),
+            base: Vec::new(),
+            slot_of: FxHashMap::default(),
+            key: Vec::new(),
+            fetched: Vec::new(),
+            used: Vec::new(),
+            due_at: Vec::new(),
+            uses: Vec::new(),
+            free: Vec::new(),
+            due: VecDeque::new(),
+            refresh: refresh.max(1),
+        };
+        c.grow(capacity);
+        c
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.key.len()
+    }
+
+    /// Rows held now.
+    pub fn len(&self) -> usize {
+        self.slot_of.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slot_of.is_empty()
+    }
+
+    /// Make room for `capacity` rows. Only while no pool task holds the cells (the trainer
+    /// drains its batches first).
+    pub fn grow(&mut self, capacity: usize) {
+        let old = self.capacity();
+        if capacity <= old {
+            return;
+        }
+        let cells = Arc::get_mut(&mut self.cells)
+            .expect("the cache grows only while no batch holds its rows");
+        cells.extend((0..(capacity - old) * self.dim).map(|_| AtomicU32::new(0)));
+        self.base.resize(capacity * self.dim, 0.0);
+        self.key.resize(capacity, EMPTY);
+        self.fetched.resize(capacity, 0);
+        self.used.resize(capacity, 0);
+        self.due_at.resize(capacity, CLEAN);
+        self.uses.resize(capacity, 0);
+        self.free.extend((old as u32..capacity as u32).rev());
+    }
+
+    /// Push the slot's delta (value now minus base) and make the value now its base.
+    fn take_delta(&mut self, slot: u32, adm: &mut Admission) {
+        let (d, s) = (self.dim, slot as usize);
+        adm.push_keys.push(self.key[s]);
+        let cells = &self.cells[s * d..(s + 1) * d];
+        for (c, b) in cells.iter().zip(&mut self.base[s * d..(s + 1) * d]) {
+            let now = f32::from_bits(c.load(Relaxed));
+            adm.push_vals.push(now - *b);
+            *b = now;
+        }
+        self.due_at[s] = CLEAN;
+    }
+
+    fn schedule(&mut self, slot: u32, step: u64) {
+        let at = step + self.refresh;
+        self.due_at[slot as usize] = at;
+        self.due.push_back((at, slot));
+    }
+
+    /// Slots for a batch's remote `keys` (distinct) at `step`, whose pool batches still running
+    /// started at `oldest_pending` or later (their slots are not evicted). Returns false when
+    /// the cache lacks room even after evicting every row no running batch uses: the caller
+    /// drains its batches and calls again, or grows the cache. Deltas of evicted rows stay in
+    /// `adm` either way (it is cleared by the caller, once per step).
+    pub fn admit(
+        &mut self,
+        keys: &[u64],
+        step: u64,
+        oldest_pending: u64,
+        adm: &mut Admission,
+    ) -> bool {
+        adm.slots.clear();
+        adm.fetch.clear();
+        let mut misses = 0;
+        for &k in keys {
+            match self.slot_of.get(&k) {
+                Some(&s) => self.used[s as usize] = step,
+                None => misses += 1,
+            }
+        }
+        if misses > self.free.len() {
+            self.evict(misses - self.free.len(), step.min(oldest_pending), adm);
+            if misses > self.free.len() {
+                return false;
+            }
+        }
+        for &k in keys {
+            let slot = match self.slot_of.get(&k) {
+                Some(&s) => {
+                    let si = s as usize;
+                    if step - self.fetched[si] >= self.refresh {
+                        // Too old to read: push what it learnt, read it again.
+                        if self.due_at[si] != CLEAN {
+                            self.take_delta(s, adm);
+                        }
+                        adm.fetch.push((s, k, false));
+                        self.fetched[si] = step;
+                        adm.refreshes += 1;
+                    } else {
+                        adm.hits += 1;
+                    }
+                    s
+                }
+                None => {
+                    let s = self.free.pop().expect("room was made above");
+                    let si = s as usize;
+                    self.slot_of.insert(k, s);
+                    self.key[si] = k;
+                    self.fetched[si] = step;
+                    self.uses[si] = 0;
+                    adm.fetch.push((s, k, true));
+                    adm.misses += 1;
+                    s
+                }
+            };
+            let si = slot as usize;
+            self.used[si] = step;
+            self.uses[si] = self.uses[si].saturating_add(1);
+            if self.due_at[si] == CLEAN {
+                self.schedule(slot, step);
+            }
+            adm.slots.push(slot);
+        }
+        // Deltas that have waited `refresh` steps go out even if their rows are not used now.
+        while let Some(&(at, s)) = self.due.front() {
+            if at > step {
+                break;
+            }
+            self.due.pop_front();
+            let si = s as usize;
+            if self.due_at[si] != at || self.key[si] == EMPTY {
+                continue;
+            }
+            self.take_delta(s, adm);
+            // A batch still on the pool may add to it after this: push the rest later.
+            if self.used[si] >= oldest_pending.min(step) {
+                self.schedule(s, step);
+            }
+        }
+        true
+    }
+
+    /// Free at least `need` slots (and an eighth of the cache, so that evictions come in
+    /// rounds) among rows no batch from step `pinned` on uses, least used first; their deltas
+    /// go out with this step's exchange.
+    fn evict(&mut self, need: usize, pinned: u64, adm: &mut Admission) {
+        let mut cand: Vec<u32> = (0..self.capacity() as u32)
+            .filter(|&s| self.key[s as usize] != EMPTY && self.used[s as usize] < pinned)
+            .collect();
+        let n = need.max(self.capacity() / 8).min(cand.len());
+        if n == 0 {
+            return;
+        }
+        if n < cand.len() {
+            cand.select_nth_unstable_by_key(n - 1, |&s| self.uses[s as usize]);
+        }
+        for &s in &cand[..n] {
+            let si = s as usize;
+            if self.due_at[si] != CLEAN {
+                self.take_delta(s, adm);
+            }
+            self.slot_of.remove(&self.key[si]);
+            self.key[si] = EMPTY;
+            self.free.push(s);
+        }
+        for u in &mut self.uses {
+            *u /= 2;
+        }
+        adm.evictions += n as u64;
+    }
+
+    /// Install a row read from its owner into `slot`: a new slot takes it as it is; a refreshed
+    /// slot keeps what its batches added since its delta was taken (value += fresh - base).
+    pub fn install(&mut self, slot: u32, fresh: &[f32], new: bool) {
+        let (d, s) = (self.dim, slot as usize);
+        let cells = &self.cells[s * d..(s + 1) * d];
+        let base = &mut self.base[s * d..(s + 1) * d];
+        for ((c, b), &f) in cells.iter().zip(base.iter_mut()).zip(fresh) {
+            if new {
+                c.store(f.to_bits(), Relaxed);
+            } else {
+                c.store((f32::from_bits(c.load(Relaxed)) + (f - *b)).to_bits(), Relaxed);
+            }
+            *b = f;
+        }
+    }
+
+    /// Every delta not yet pushed (end of training, checkpoints: after the pool has drained).
+    pub fn flush(&mut self, adm: &mut Admission) {
+        adm.clear();
+        for s in 0..self.capacity() as u32 {
+            if self.key[s as usize] != EMPTY && self.due_at[s as usize] != CLEAN {
+                self.take_delta(s, adm);
+            }
+        }
+        self.due.clear();
+    }
+
+    /// Bytes the cache holds (copies and their bases).
+    pub fn bytes(capacity: usize, dim: usize) -> u64 {
+        (capacity * dim * 8) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(c: &RowCache, slot: u32, v: f32) {
+        let d = c.dim;
+        for x in &c.cells[slot as usize * d..(slot as usize + 1) * d] {
+            x.store(v.to_bits(), Relaxed);
+        }
+    }
+
+    #[test]
+    fn hits_refreshes_and_deltas() {
+        let mut c = RowCache::new(4, 2, 3);
+        let mut a = Admission::default();
+        let mut admit = |c: &mut RowCache, keys: &[u64], step, oldest, a: &mut Admission| {
+            a.clear();
+            c.admit(keys, step, oldest, a)
+        };
+        assert!(admit(&mut c, &[10, 12], 1, 1, &mut a));
+        assert_eq!((a.misses, a.hits, a.fetch.len()), (2, 0, 2));
+        for &(s, _, new) in &a.fetch.clone() {
+            assert!(new);
+            c.install(s, &[1.0, 1.0], true);
+        }
+        let s10 = a.slots[0];
+        set(&c, s10, 1.5); // the pool trained it
+        // Step 2: a hit, nothing to fetch or push.
+        assert!(admit(&mut c, &[10], 2, 2, &mut a));
+        assert_eq!((a.hits, a.fetch.len(), a.push_keys.len()), (1, 0, 0));
+        // Step 4: three steps after its read, row 10 is pushed (delta 0.5) and read again; row
+        // 12, unused since step 1, has its (zero) delta pushed on schedule.
+        assert!(admit(&mut c, &[10], 4, 4, &mut a));
+        assert_eq!(a.refreshes, 1);
+        assert_eq!(a.fetch, vec![(s10, 10, false)]);
+        let i = a.push_keys.iter().position(|&k| k == 10).unwrap();
+        assert_eq!(&a.push_vals[i * 2..i * 2 + 2], &[0.5, 0.5]);
+        assert!(a.push_keys.contains(&12));
+        // The owner holds 1.5 + another rank's 0.25; the pool added 0.125 since the delta left.
+        set(&c, s10, 1.625);
+        c.install(s10, &[1.75, 1.75], false);
+        let v = f32::from_bits(c.cells[s10 as usize * 2].load(Relaxed));
+        assert_eq!(v, 1.875);
+        // Flush pushes exactly the 0.125 learnt since.
+        c.flush(&mut a);
+        assert_eq!(a.push_keys, vec![10]);
+        assert_eq!(a.push_vals, vec![0.125, 0.125]);
+    }
+
+    #[test]
+    fn full_cache_evicts_least_used_unpinned_rows_with_their_deltas() {
+        let mut c = RowCache::new(2, 1, 100);
+        let mut a = Admission::default();
+        assert!(c.admit(&[1, 2], 1, 1, &mut a));
+        let s1 = a.slots[0];
+        set(&c, s1, 2.0);
+        a.clear();
+        assert!(c.admit(&[2], 2, 2, &mut a));
+        // Step 3 needs a third row: row 1 (used once, at step 1) goes, with its delta 2.0.
+        a.clear();
+        assert!(c.admit(&[2, 3], 3, 3, &mut a));
+        assert_eq!(a.evictions, 1);
+        assert_eq!(a.push_keys, vec![1]);
+        assert_eq!(a.push_vals, vec![2.0]);
+        assert_eq!(a.slots[1], s1);
+        // Rows used by a batch still running (from step 3) are never evicted: no room.
+        a.clear();
+        assert!(!c.admit(&[4, 5], 4, 3, &mut a));
+        c.grow(4);
+        assert!(c.admit(&[4, 5], 4, 3, &mut a));
+        assert_eq!(c.len(), 4);
+    }
+}
