@@ -43,6 +43,16 @@ pub struct RankMetrics {
     pub loss_sum: f64,
     pub loss_terms: u64,
     pub train_seconds: f64,
+    /// CPU seconds of the rank's main thread (sampling, planning, communication, including
+    /// MPI's busy waiting) and of the whole process, from start to the end of training.
+    #[serde(default)]
+    pub cpu_seconds_main: f64,
+    #[serde(default)]
+    pub cpu_seconds_process: f64,
+    /// Bytes this rank read one-sidedly from other ranks (`MPI_Get`), which `comm_bytes_sent`
+    /// (what it sent in collectives) does not hold; their sum is what it moved.
+    #[serde(default)]
+    pub one_sided_bytes: u64,
     pub peak_rss_bytes: u64,
     pub memory_estimate_bytes: u64,
     /// Checkpoints started, the time training stood still for their snapshots, the bytes
@@ -71,6 +81,21 @@ impl RankMetrics {
     pub fn pairs_per_second(&self) -> f64 {
         self.pairs as f64 / self.train_seconds.max(1e-9)
     }
+}
+
+/// CPU seconds (user + system) of the calling thread and of the whole process.
+pub fn cpu_seconds() -> (f64, f64) {
+    let of = |who| {
+        // SAFETY: an all-zero `rusage` is a valid value of this plain C struct.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `u` is a valid out-pointer for the call.
+        if unsafe { libc::getrusage(who, &mut u) } != 0 {
+            return 0.0;
+        }
+        let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 * 1e-6;
+        t(u.ru_utime) + t(u.ru_stime)
+    };
+    (of(libc::RUSAGE_THREAD), of(libc::RUSAGE_SELF))
 }
 
 /// Peak resident set size of this process (VmHWM), in bytes; 0 where unavailable.

@@ -183,13 +183,17 @@ fn checkpoints_reshard_exactly_across_rank_counts() {
 }
 
 /// Batched updates are reproducible at any thread count (node-shared rows are read in place
-/// then); hogwild ones (like word2vec's) only with one thread per rank and private rows, since
-/// threads, and with node-shared rows the node's ranks, race on rows.
+/// then); hogwild ones (like word2vec's) only with one thread per rank, private rows and no
+/// remote-row cache, since threads, with node-shared rows the node's ranks, and with the cache
+/// the exchange that overlaps the pool's batch, race on rows.
 #[test]
 fn a_seed_reproduces_a_run_at_a_fixed_rank_count() {
     let d = tmp();
     let (g, _) = sbm(d.path(), 400, 4);
-    for (update, threads, memory) in [("batched", "2", "shared"), ("hogwild", "1", "private")] {
+    for (update, threads, memory, cache) in [
+        ("batched", "2", "shared", "0"),
+        ("hogwild", "1", "private", "0"),
+    ] {
         let outs: Vec<_> = ["a", "b", "c"]
             .iter()
             .map(|n| p(d.path(), &format!("{update}-{n}.h5")))
@@ -197,7 +201,7 @@ fn a_seed_reproduces_a_run_at_a_fixed_rank_count() {
         for (out, seed) in outs.iter().zip(["7", "7", "8"]) {
             let mut a = train_args(s(&g), s(out));
             a.extend_from_slice(&["--seed", seed, "--threads", threads, "--update", update]);
-            a.extend_from_slice(&["--node-memory", memory]);
+            a.extend_from_slice(&["--node-memory", memory, "--cache-rows", cache]);
             let o = mpirun(2, 120, &a);
             assert_eq!(o.code, 0, "{}", o.all());
         }
@@ -346,4 +350,52 @@ fn on_nan_skip_drops_batches_and_finishes() {
         })
         .sum();
     assert!(skipped > 0, "no batch was skipped: {text}");
+}
+
+/// Across simulated nodes (every rank its own node) deltas of cached rows are in flight when a
+/// rank dies: the job still ends within the timeout, and a resume from the last checkpoint
+/// (which holds only owned rows, every cached delta pushed before it) trains to full quality.
+#[test]
+fn a_rank_killed_with_cached_deltas_in_flight_ends_the_job_and_resumes() {
+    let d = tmp();
+    let (g, labels) = sbm(d.path(), 1200, 4);
+    let ck = p(d.path(), "ck");
+    let out = p(d.path(), "emb.h5");
+    let mut args = train_args(s(&g), s(&out));
+    args.extend_from_slice(&[
+        "--ranks-per-node",
+        "1",
+        "--batch-size",
+        "2048",
+        "--checkpoint-dir",
+        s(&ck),
+        "--checkpoint-every",
+        "4",
+    ]);
+    for kind in ["kill", "hang"] {
+        let fault = format!("rank=2,step=11,kind={kind}");
+        let mut killed = args.clone();
+        killed.extend_from_slice(&["--inject-fault", &fault]);
+        let t = Instant::now();
+        let o = mpirun(3, 90, &killed);
+        assert_ne!(o.code, 0, "{kind}: {}", o.all());
+        assert_ne!(o.code, 124, "{kind}: the job hung: {}", o.all());
+        assert!(t.elapsed().as_secs() < 40, "{kind}: slow to end");
+        assert!(!out.exists(), "{kind}: a failed run wrote output");
+    }
+    assert!(
+        ck.join("LATEST").exists(),
+        "nothing committed before step 11"
+    );
+    let mut resumed = args.clone();
+    resumed.extend_from_slice(&["--resume", s(&ck)]);
+    let o = mpirun(3, 120, &resumed);
+    assert_eq!(o.code, 0, "{}", o.all());
+    assert!(
+        o.stderr.contains("resuming from checkpoint version"),
+        "{}",
+        o.stderr
+    );
+    let f1 = micro_f1(&out, &labels);
+    assert!(f1 >= 0.9, "resumed Micro-F1 {f1}");
 }

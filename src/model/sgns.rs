@@ -910,7 +910,7 @@ fn prefetch(cells: &[AtomicU32]) {
 
 /// Copy a shared row into `out` (same length): vector moves, then single relaxed loads.
 #[inline]
-fn load(cells: &[AtomicU32], out: &mut [f32]) {
+pub(crate) fn load(cells: &[AtomicU32], out: &mut [f32]) {
     debug_assert_eq!(cells.len(), out.len());
     let done = vector_copy(cells.as_ptr().cast(), out.as_mut_ptr().cast(), out.len());
     for (o, c) in out[done..].iter_mut().zip(&cells[done..]) {
@@ -920,7 +920,7 @@ fn load(cells: &[AtomicU32], out: &mut [f32]) {
 
 /// Copy `v` into a shared row (same length), as [`load`].
 #[inline]
-fn store(cells: &[AtomicU32], v: &[f32]) {
+pub(crate) fn store(cells: &[AtomicU32], v: &[f32]) {
     debug_assert_eq!(cells.len(), v.len());
     let done = vector_copy(v.as_ptr().cast(), cells.as_ptr().cast_mut().cast(), v.len());
     for (c, x) in cells[done..].iter().zip(&v[done..]) {
@@ -932,7 +932,7 @@ fn store(cells: &[AtomicU32], v: &[f32]) {
 /// value is loaded, added to and stored with plain moves, so a racing update may be lost, as in
 /// word2vec's HOGWILD), then word by word with relaxed atomics.
 #[inline]
-fn add_to(cells: &[AtomicU32], delta: &[f32]) {
+pub(crate) fn add_to(cells: &[AtomicU32], delta: &[f32]) {
     debug_assert_eq!(cells.len(), delta.len());
     let mut done = 0;
     #[cfg(all(target_arch = "x86_64", target_feature = "avx"))]

@@ -1,23 +1,37 @@
 //! The hot-row cache of hogwild across nodes (HET, VLDB 2022, for embedding models): a rank keeps
 //! copies of the remote rows its batches touch, its pool trains them in place as it trains its
-//! own rows, and each copy is synchronised with its owner at most every `refresh` steps: its
-//! accumulated delta (value now minus value at the last synchronisation) is pushed, and its value
-//! is read again when it is next used. A row's copy is therefore never more than `refresh` steps
-//! old when a batch reads it, and an update stays on this rank at most `refresh` steps (plus the
-//! batches still on the pool) before its owner has it.
+//! own rows, and each copy is synchronised with its owner: its accumulated delta (value now minus
+//! value at the last synchronisation) is pushed, and its value is read again. Staleness is
+//! bounded per row by its own clock, as in HET: a copy is re-read once `refresh` batches have
+//! used it since it was read (a hub used by every batch every `refresh` steps; a rarely used row
+//! far less often, since few updates reach it anywhere), and at the latest `AGE * refresh` steps
+//! after it was read; a delta waits at most `AGE * refresh` steps (plus the batches still on the
+//! pool) before its owner has it.
+//!
+//! A bound in steps alone was measured to fail (BlogCatalog, 4 simulated nodes): copies of hub
+//! rows trained by every rank for 32 steps without seeing each other's updates overshoot (each
+//! rank pushes the hub away from the same inputs), and Micro-F1 at 50% fell from 37.3 to 31.5 (64
+//! steps: 27.0); re-reading every 8 steps kept it (37.8) but moved 4x the bytes of the old path's
+//! share of rows that are rarely used.
 //!
 //! The cache only decides: which slot each of a batch's remote rows takes, which rows must be
 //! (re)read from their owners, and which deltas go out. The trainer moves the bytes
 //! (`Trainer::exchange`) and installs what arrives ([`RowCache::install`]).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
+use crate::model::sgns;
+
 const EMPTY: u64 = u64::MAX;
 const CLEAN: u64 = u64::MAX;
+const NO_SLOT: u32 = u32::MAX;
+
+/// A copy is re-read, and a delta pushed, at the latest this many times `refresh` steps after.
+pub const AGE: u64 = 8;
 
 /// What one batch needs from the exchange, filled by [`RowCache::admit`].
 #[derive(Default)]
@@ -67,9 +81,13 @@ pub struct RowCache {
     due_at: Vec<u64>,
     /// Use counts (halved at every eviction round: recent use weighs more).
     uses: Vec<u32>,
+    /// Batches that used the slot since its value was read (its clock).
+    touches: Vec<u32>,
     free: Vec<u32>,
     due: VecDeque<(u64, u32)>,
     refresh: u64,
+    /// One row of scratch.
+    row: Vec<f32>,
 }
 
 impl RowCache {
@@ -84,9 +102,11 @@ impl RowCache {
             used: Vec::new(),
             due_at: Vec::new(),
             uses: Vec::new(),
+            touches: Vec::new(),
             free: Vec::new(),
             due: VecDeque::new(),
             refresh: refresh.max(1),
+            row: vec![0.0; dim],
         };
         c.grow(capacity);
         c
@@ -121,6 +141,7 @@ impl RowCache {
         self.used.resize(capacity, 0);
         self.due_at.resize(capacity, CLEAN);
         self.uses.resize(capacity, 0);
+        self.touches.resize(capacity, 0);
         self.free.extend((old as u32..capacity as u32).rev());
     }
 
@@ -128,17 +149,16 @@ impl RowCache {
     fn take_delta(&mut self, slot: u32, adm: &mut Admission) {
         let (d, s) = (self.dim, slot as usize);
         adm.push_keys.push(self.key[s]);
-        let cells = &self.cells[s * d..(s + 1) * d];
-        for (c, b) in cells.iter().zip(&mut self.base[s * d..(s + 1) * d]) {
-            let now = f32::from_bits(c.load(Relaxed));
-            adm.push_vals.push(now - *b);
-            *b = now;
-        }
+        let base = &mut self.base[s * d..(s + 1) * d];
+        sgns::load(&self.cells[s * d..(s + 1) * d], &mut self.row);
+        adm.push_vals
+            .extend(self.row.iter().zip(base.iter()).map(|(now, b)| now - b));
+        base.copy_from_slice(&self.row);
         self.due_at[s] = CLEAN;
     }
 
     fn schedule(&mut self, slot: u32, step: u64) {
-        let at = step + self.refresh;
+        let at = step + AGE * self.refresh;
         self.due_at[slot as usize] = at;
         self.due.push_back((at, slot));
     }
@@ -158,10 +178,17 @@ impl RowCache {
         adm.slots.clear();
         adm.fetch.clear();
         let mut misses = 0;
+        // The slots found here (NO_SLOT for a miss) are reused below: one lookup per key.
         for &k in keys {
             match self.slot_of.get(&k) {
-                Some(&s) => self.used[s as usize] = step,
-                None => misses += 1,
+                Some(&s) => {
+                    self.used[s as usize] = step;
+                    adm.slots.push(s);
+                }
+                None => {
+                    misses += 1;
+                    adm.slots.push(NO_SLOT);
+                }
             }
         }
         if misses > self.free.len() {
@@ -170,17 +197,21 @@ impl RowCache {
                 return false;
             }
         }
-        for &k in keys {
-            let slot = match self.slot_of.get(&k) {
-                Some(&s) => {
+        for (i, &k) in keys.iter().enumerate() {
+            let slot = match Some(adm.slots[i]).filter(|&s| s != NO_SLOT) {
+                Some(s) => {
                     let si = s as usize;
-                    if step - self.fetched[si] >= self.refresh {
+                    self.touches[si] += 1;
+                    if self.touches[si] > self.refresh as u32
+                        || step - self.fetched[si] >= AGE * self.refresh
+                    {
                         // Too old to read: push what it learnt, read it again.
                         if self.due_at[si] != CLEAN {
                             self.take_delta(s, adm);
                         }
                         adm.fetch.push((s, k, false));
                         self.fetched[si] = step;
+                        self.touches[si] = 1;
                         adm.refreshes += 1;
                     } else {
                         adm.hits += 1;
@@ -193,6 +224,7 @@ impl RowCache {
                     self.slot_of.insert(k, s);
                     self.key[si] = k;
                     self.fetched[si] = step;
+                    self.touches[si] = 1;
                     self.uses[si] = 0;
                     adm.fetch.push((s, k, true));
                     adm.misses += 1;
@@ -205,9 +237,9 @@ impl RowCache {
             if self.due_at[si] == CLEAN {
                 self.schedule(slot, step);
             }
-            adm.slots.push(slot);
+            adm.slots[i] = slot;
         }
-        // Deltas that have waited `refresh` steps go out even if their rows are not used now.
+        // Deltas that have waited `AGE * refresh` steps go out even if their rows are not used.
         while let Some(&(at, s)) = self.due.front() {
             if at > step {
                 break;
@@ -261,14 +293,15 @@ impl RowCache {
         let (d, s) = (self.dim, slot as usize);
         let cells = &self.cells[s * d..(s + 1) * d];
         let base = &mut self.base[s * d..(s + 1) * d];
-        for ((c, b), &f) in cells.iter().zip(base.iter_mut()).zip(fresh) {
-            if new {
-                c.store(f.to_bits(), Relaxed);
-            } else {
-                c.store((f32::from_bits(c.load(Relaxed)) + (f - *b)).to_bits(), Relaxed);
+        if new {
+            sgns::store(cells, fresh);
+        } else {
+            for ((r, b), f) in self.row.iter_mut().zip(base.iter()).zip(fresh) {
+                *r = f - b;
             }
-            *b = f;
+            sgns::add_to(cells, &self.row);
         }
+        base.copy_from_slice(fresh);
     }
 
     /// Every delta not yet pushed (end of training, checkpoints: after the pool has drained).
@@ -291,6 +324,7 @@ impl RowCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering::Relaxed;
 
     fn set(c: &RowCache, slot: u32, v: f32) {
         let d = c.dim;
@@ -315,26 +349,36 @@ mod tests {
         }
         let s10 = a.slots[0];
         set(&c, s10, 1.5); // the pool trained it
-        // Step 2: a hit, nothing to fetch or push.
-        assert!(admit(&mut c, &[10], 2, 2, &mut a));
-        assert_eq!((a.hits, a.fetch.len(), a.push_keys.len()), (1, 0, 0));
-        // Step 4: three steps after its read, row 10 is pushed (delta 0.5) and read again; row
-        // 12, unused since step 1, has its (zero) delta pushed on schedule.
+                           // Steps 2 and 3: hits, nothing to fetch or push.
+        for step in [2, 3] {
+            assert!(admit(&mut c, &[10], step, step, &mut a));
+            assert_eq!((a.hits, a.fetch.len(), a.push_keys.len()), (1, 0, 0));
+        }
+        // Step 4: the fourth batch since its read uses row 10: its delta (0.5) is pushed and
+        // it is read again.
         assert!(admit(&mut c, &[10], 4, 4, &mut a));
         assert_eq!(a.refreshes, 1);
         assert_eq!(a.fetch, vec![(s10, 10, false)]);
-        let i = a.push_keys.iter().position(|&k| k == 10).unwrap();
-        assert_eq!(&a.push_vals[i * 2..i * 2 + 2], &[0.5, 0.5]);
-        assert!(a.push_keys.contains(&12));
+        assert_eq!(a.push_keys, vec![10]);
+        assert_eq!(&a.push_vals, &[0.5, 0.5]);
         // The owner holds 1.5 + another rank's 0.25; the pool added 0.125 since the delta left.
         set(&c, s10, 1.625);
         c.install(s10, &[1.75, 1.75], false);
         let v = f32::from_bits(c.cells[s10 as usize * 2].load(Relaxed));
         assert_eq!(v, 1.875);
-        // Flush pushes exactly the 0.125 learnt since.
+        // Row 12, unused since step 1, has its (zero) delta pushed AGE * 3 steps later, and is
+        // read again when next used.
+        assert!(admit(&mut c, &[10], 1 + AGE * 3 - 1, 5, &mut a));
+        assert!(!a.push_keys.contains(&12));
+        assert!(admit(&mut c, &[10], 1 + AGE * 3, 5, &mut a));
+        assert!(a.push_keys.contains(&12));
+        assert!(admit(&mut c, &[12], 1 + AGE * 3 + 1, 5, &mut a));
+        assert_eq!(a.fetch.len(), 1);
+        assert_eq!(a.refreshes, 1);
+        // Flush pushes exactly what row 10 learnt since its last push (0.125).
         c.flush(&mut a);
-        assert_eq!(a.push_keys, vec![10]);
-        assert_eq!(a.push_vals, vec![0.125, 0.125]);
+        let i = a.push_keys.iter().position(|&k| k == 10).unwrap();
+        assert_eq!(&a.push_vals[2 * i..2 * i + 2], &[0.125, 0.125]);
     }
 
     #[test]
@@ -359,5 +403,55 @@ mod tests {
         c.grow(4);
         assert!(c.admit(&[4, 5], 4, 3, &mut a));
         assert_eq!(c.len(), 4);
+    }
+
+    /// Random batches against owners that add every pushed delta: whatever the capacity,
+    /// refresh period and evictions, no update is lost (single-threaded, so nothing races), and
+    /// a refreshed copy holds its owner's value plus what was learnt since.
+    #[test]
+    fn no_update_is_lost_through_refreshes_and_evictions() {
+        use rand::{RngExt, SeedableRng};
+        for (capacity, refresh, seed) in [(8, 1, 1), (8, 3, 2), (40, 5, 3), (200, 16, 4), (3, 2, 5)]
+        {
+            let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed);
+            let keys = 100u64;
+            let mut owner = vec![0f32; keys as usize];
+            let mut added = vec![0f32; keys as usize];
+            let mut c = RowCache::new(capacity, 1, refresh);
+            let mut a = Admission::default();
+            for step in 1..300u64 {
+                let mut batch: Vec<u64> = (0..rng.random_range(1..=capacity.min(12) as u64))
+                    .map(|_| {
+                        // Skewed: low keys are hot.
+                        let x: f64 = rng.random();
+                        (x * x * keys as f64) as u64
+                    })
+                    .collect();
+                batch.sort_unstable();
+                batch.dedup();
+                a.clear();
+                assert!(c.admit(&batch, step, step, &mut a), "step {step}");
+                for (i, &k) in a.push_keys.iter().enumerate() {
+                    owner[k as usize] += a.push_vals[i];
+                }
+                for &(slot, k, new) in &a.fetch.clone() {
+                    c.install(slot, &[owner[k as usize]], new);
+                }
+                // The "pool": every row of the batch learns 1.
+                for (&k, &slot) in batch.iter().zip(&a.slots) {
+                    let cell = &c.cells[slot as usize];
+                    cell.store(
+                        (f32::from_bits(cell.load(Relaxed)) + 1.0).to_bits(),
+                        Relaxed,
+                    );
+                    added[k as usize] += 1.0;
+                }
+            }
+            c.flush(&mut a);
+            for (i, &k) in a.push_keys.iter().enumerate() {
+                owner[k as usize] += a.push_vals[i];
+            }
+            assert_eq!(owner, added, "capacity {capacity}, refresh {refresh}");
+        }
     }
 }

@@ -129,8 +129,14 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     let rows = g.num_local() as u64;
     // The row cache of hogwild across nodes (its copies and their bases).
     let cached = if cfg.update == Update::Hogwild && comm.node_size() < comm.size() {
-        cfg.cache_rows
-            .unwrap_or(g.num_local() * if cfg.model == Model::Line && cfg.order == 1 { 1 } else { 2 })
+        cfg.cache_rows.unwrap_or(
+            g.num_local()
+                * if cfg.model == Model::Line && cfg.order == 1 {
+                    1
+                } else {
+                    2
+                },
+        )
     } else {
         0
     };
@@ -185,6 +191,7 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         Model::Line => tr.train_line(),
     }
     tr.m.train_seconds = t.secs();
+    (tr.m.cpu_seconds_main, tr.m.cpu_seconds_process) = crate::stats::cpu_seconds();
     if let Some(out) = &cfg.output {
         let t = Timer::start();
         output::write_embeddings(comm, out, &g, &tr.shards[VERTEX], cfg)?;
@@ -572,7 +579,8 @@ impl<'a> Trainer<'a> {
                     // Walkers and the step's counts travel in the rows' exchange: one
                     // collective less per step. The rate is that of the progress before this
                     // step (the step's tokens are summed by the exchange).
-                    let (out, send) = engine.superstep_local(self.comm, self.g, &mut wrng, &mut segs);
+                    let (out, send) =
+                        engine.superstep_local(self.comm, self.g, &mut wrng, &mut segs);
                     if !by_token {
                         segs.pairs(&mut pairs);
                     }
@@ -795,6 +803,7 @@ impl<'a> Trainer<'a> {
             let count = fetch_remote(comm, cfg, shard, &remote[m], &mut rows);
             self.m.remote_rows += count as u64;
             self.m.fetch_bytes += (count * shard.row_bytes()) as u64;
+            self.m.one_sided_bytes += (count * shard.row_bytes()) as u64;
         }
         self.m.seconds.fetch += t.secs();
 
@@ -911,6 +920,7 @@ impl<'a> Trainer<'a> {
             let count = fetch_remote(comm, cfg, shard, &remote[m], &mut rows);
             self.m.remote_rows += count as u64;
             self.m.fetch_bytes += (count * shard.row_bytes()) as u64;
+            self.m.one_sided_bytes += (count * shard.row_bytes()) as u64;
         }
         if ranks {
             comm.barrier();
@@ -1152,18 +1162,13 @@ impl<'a> Trainer<'a> {
                 // their windows while cells are in use; pool tasks update rows with relaxed
                 // atomic accesses, as these are.
                 let cells = unsafe { in_place[m].cells.cells() };
-                for (c, x) in cells[at..at + dim].iter().zip(&row) {
-                    use std::sync::atomic::Ordering::Relaxed;
-                    c.store((f32::from_bits(c.load(Relaxed)) + x).to_bits(), Relaxed);
-                }
+                sgns::add_to(&cells[at..at + dim], &row);
             }
             for h in reqs.chunks_exact(4) {
                 let (m, at) = own(u32::from_le_bytes(h.try_into().expect("4 bytes")));
                 // SAFETY: as above.
                 let cells = unsafe { in_place[m].cells.cells() };
-                for (o, c) in row.iter_mut().zip(&cells[at..at + dim]) {
-                    *o = f32::from_bits(c.load(std::sync::atomic::Ordering::Relaxed));
-                }
+                sgns::load(&cells[at..at + dim], &mut row);
                 encode_row(wire, &row, &mut enc);
                 reply[src].extend_from_slice(&enc);
             }
@@ -1181,7 +1186,11 @@ impl<'a> Trainer<'a> {
                     fatal(
                         comm,
                         Some(self.step),
-                        &format!("rank {o} answered {} bytes for {} rows", b.len(), asked[o].len()),
+                        &format!(
+                            "rank {o} answered {} bytes for {} rows",
+                            b.len(),
+                            asked[o].len()
+                        ),
                     );
                 }
                 self.m.fetch_bytes += b.len() as u64;
@@ -1204,6 +1213,7 @@ impl<'a> Trainer<'a> {
             for (m, shard) in self.shards.iter().enumerate() {
                 let c = fetch_remote(comm, cfg, shard, &by[m], &mut rows);
                 self.m.fetch_bytes += (c * shard.row_bytes()) as u64;
+                self.m.one_sided_bytes += (c * shard.row_bytes()) as u64;
             }
             for (&(slot, new), r) in slot_new.iter().zip(rows.chunks_exact(dim)) {
                 cache.install(slot, r, new);
@@ -1273,11 +1283,7 @@ impl<'a> Trainer<'a> {
         self.m.seconds.compute += compute_secs;
         if p.cached {
             if !loss.is_finite() {
-                fatal(
-                    comm,
-                    Some(self.step),
-                    &"non-finite loss; lower --lr",
-                );
+                fatal(comm, Some(self.step), &"non-finite loss; lower --lr");
             }
             self.m.loss_sum += loss;
             self.m.loss_terms += (p.pairs * (1 + k)) as u64;
@@ -1494,7 +1500,12 @@ const CACHE_DEPTH: usize = 2;
 
 /// Rows of the remote-row cache: `--cache-rows`, or by default as many rows as this rank owns
 /// (over its matrices), at most the rows of other nodes.
-fn cache_capacity(cfg: &TrainConfig, g: &LocalGraph, rows: &[InPlaceRows], matrices: usize) -> usize {
+fn cache_capacity(
+    cfg: &TrainConfig,
+    g: &LocalGraph,
+    rows: &[InPlaceRows],
+    matrices: usize,
+) -> usize {
     let in_place = rows[VERTEX].cells.len() / cfg.dim;
     let remote = g.num_nodes().saturating_sub(in_place as u64) as usize * matrices;
     cfg.cache_rows
@@ -1696,7 +1707,8 @@ fn plan(
 }
 
 /// Read the remote rows `remote[owner] = [(slot, row)]` of `shard` one-sidedly into
-/// `rows[slot]` as f32. Returns the number of rows read.
+/// `rows[slot]` as f32. Returns the number of rows read (the caller counts their bytes in
+/// `fetch_bytes` and `one_sided_bytes`).
 fn fetch_remote(
     comm: &Comm,
     cfg: &TrainConfig,
