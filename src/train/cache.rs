@@ -83,6 +83,8 @@ pub struct RowCache {
     uses: Vec<u32>,
     /// Batches that used the slot since its value was read (its clock).
     touches: Vec<u32>,
+    /// A read of the slot's row is under way (asked, not yet installed).
+    awaiting: Vec<bool>,
     free: Vec<u32>,
     due: VecDeque<(u64, u32)>,
     refresh: u64,
@@ -103,6 +105,7 @@ impl RowCache {
             due_at: Vec::new(),
             uses: Vec::new(),
             touches: Vec::new(),
+            awaiting: Vec::new(),
             free: Vec::new(),
             due: VecDeque::new(),
             refresh: refresh.max(1),
@@ -142,6 +145,7 @@ impl RowCache {
         self.due_at.resize(capacity, CLEAN);
         self.uses.resize(capacity, 0);
         self.touches.resize(capacity, 0);
+        self.awaiting.resize(capacity, false);
         self.free.extend((old as u32..capacity as u32).rev());
     }
 
@@ -202,14 +206,16 @@ impl RowCache {
                 Some(s) => {
                     let si = s as usize;
                     self.touches[si] += 1;
-                    if self.touches[si] > self.refresh as u32
-                        || step - self.fetched[si] >= AGE * self.refresh
-                    {
+                    let old = self.touches[si] > self.refresh as u32
+                        || step - self.fetched[si] >= AGE * self.refresh;
+                    // A row whose read is under way is as fresh as it will get.
+                    if old && !self.awaiting[si] {
                         // Too old to read: push what it learnt, read it again.
                         if self.due_at[si] != CLEAN {
                             self.take_delta(s, adm);
                         }
                         adm.fetch.push((s, k, false));
+                        self.awaiting[si] = true;
                         self.fetched[si] = step;
                         self.touches[si] = 1;
                         adm.refreshes += 1;
@@ -226,6 +232,7 @@ impl RowCache {
                     self.fetched[si] = step;
                     self.touches[si] = 1;
                     self.uses[si] = 0;
+                    self.awaiting[si] = true;
                     adm.fetch.push((s, k, true));
                     adm.misses += 1;
                     s
@@ -263,7 +270,10 @@ impl RowCache {
     /// go out with this step's exchange.
     fn evict(&mut self, need: usize, pinned: u64, adm: &mut Admission) {
         let mut cand: Vec<u32> = (0..self.capacity() as u32)
-            .filter(|&s| self.key[s as usize] != EMPTY && self.used[s as usize] < pinned)
+            .filter(|&s| {
+                let s = s as usize;
+                self.key[s] != EMPTY && self.used[s] < pinned && !self.awaiting[s]
+            })
             .collect();
         let n = need.max(self.capacity() / 8).min(cand.len());
         if n == 0 {
@@ -302,6 +312,7 @@ impl RowCache {
             sgns::add_to(cells, &self.row);
         }
         base.copy_from_slice(fresh);
+        self.awaiting[s] = false;
     }
 
     /// Every delta not yet pushed (end of training, checkpoints: after the pool has drained).

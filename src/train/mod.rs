@@ -84,6 +84,11 @@ pub struct Trainer<'a> {
     /// what that exchange brought back: per source rank its walkers, and the global sums.
     carry: Option<(Vec<Vec<u8>>, [u64; 2])>,
     carried: Option<(Vec<Vec<u8>>, [u64; 2])>,
+    /// `--fetch alltoall`: the batch whose rows were asked for in the last exchange (they
+    /// arrive with the next one, which then launches it), and the rows other ranks asked this
+    /// rank for (per source rank, row heads), answered in the next exchange.
+    deferred: Option<Deferred>,
+    to_answer: Vec<Vec<u32>>,
     /// The pool's activity: batches spawned and not finished, and when the last one ended
     /// (nanoseconds since `t0`), for the `idle` phase.
     inflight: std::sync::Arc<std::sync::atomic::AtomicUsize>,
@@ -108,6 +113,15 @@ struct Batch {
     pidx: Vec<[u32; 2]>,
     nidx: Vec<u32>,
     rows: Vec<f32>,
+}
+
+/// A planned batch waiting for the rows it asked for (`--fetch alltoall`): per owner, the slots
+/// its rows go to, in request order.
+struct Deferred {
+    planned: Planned,
+    lr: f32,
+    step: u64,
+    asked: Vec<Vec<(u32, bool)>>,
 }
 
 /// A batch on the pool: its keys, and where its (gradients, loss, compute seconds) arrive.
@@ -286,6 +300,8 @@ impl<'a> Trainer<'a> {
             adm: Admission::default(),
             carry: None,
             carried: None,
+            deferred: None,
+            to_answer: vec![Vec::new(); comm.size()],
             inflight: Default::default(),
             last_end: Default::default(),
             t0: Instant::now(),
@@ -988,13 +1004,19 @@ impl<'a> Trainer<'a> {
         let mut adm = std::mem::take(&mut self.adm);
         adm.clear();
         loop {
-            let oldest = self.pending.front().map_or(self.step, |p| p.step);
+            // Rows of batches on the pool, or waiting for their rows, stay.
+            let oldest = self
+                .pending
+                .front()
+                .map_or(self.step, |p| p.step)
+                .min(self.deferred.as_ref().map_or(self.step, |d| d.step));
             let cache = self.cache.as_mut().expect("cached_launch needs the cache");
             if cache.admit(&keys, self.step, oldest, &mut adm) {
                 break;
             }
             if self.pending.is_empty() {
-                // One batch needs more rows than the cache holds.
+                // One batch (with the one waiting for its rows) needs more rows than the cache
+                // holds. No pool task holds the cache now: it may grow.
                 let want = (cache.len() + keys.len()).max(cache.capacity() * 5 / 4);
                 log::warn!(
                     "rank {}: step {}: a batch needs {} remote rows, the cache holds {}: growing it to {want} (raise --cache-rows or lower --batch-size)",
@@ -1018,9 +1040,40 @@ impl<'a> Trainer<'a> {
         self.m.cache_evictions += adm.evictions;
         planned.remap_remote(&adm.slots);
         self.m.seconds.sample += t.secs();
-        self.exchange(&adm);
+        let asked = self.exchange(&adm);
         self.adm = adm;
+        if self.cfg.fetch == Fetch::Rma {
+            // The rows are in: train now.
+            self.launch_cached(planned, lr, self.step);
+        } else {
+            // Its rows arrive with the next exchange, which launches it.
+            self.deferred = Some(Deferred {
+                planned,
+                lr,
+                step: self.step,
+                asked,
+            });
+        }
+    }
 
+    /// Collective: end the batches on the pool and the one waiting for its rows (an exchange
+    /// without new requests brings them).
+    fn settle(&mut self, lr: f32) {
+        if self.deferred.is_some() {
+            let mut adm = std::mem::take(&mut self.adm);
+            adm.clear();
+            let carry = self.carry.take();
+            self.exchange(&adm);
+            self.carry = carry;
+            self.adm = adm;
+        }
+        while let Some(prev) = self.pending.pop_front() {
+            self.finish(prev, lr);
+        }
+    }
+
+    /// Put a batch whose rows are all in place or cached on the pool.
+    fn launch_cached(&mut self, planned: Planned, lr: f32, step: u64) {
         let in_place = self.shared.clone().expect("hogwild rows");
         let (centers, targets) = (in_place[VERTEX].cells, in_place[self.target_matrix].cells);
         let remote = self.cache.as_ref().expect("cache").cells.clone();
@@ -1045,16 +1098,19 @@ impl<'a> Trainer<'a> {
             keys: Vec::new(),
             pairs: npairs,
             rx,
-            step: self.step,
+            step,
             cached: true,
         });
     }
 
     /// Collective: send the admission's deltas to their owners and add the deltas received to
-    /// this rank's rows; read the rows it asks for (in the same all-to-all and a second one that
-    /// returns them, or one-sidedly after a barrier with `--fetch rma`) and install them in the
-    /// cache. Rows and deltas travel in `--wire-dtype`.
-    fn exchange(&mut self, adm: &Admission) {
+    /// this rank's rows, and read the rows it asks for, in `--wire-dtype`. With `--fetch
+    /// alltoall` the requests ride in the same all-to-all and are answered in the next one,
+    /// which brings the rows of the batch waiting for them (installed, and the batch launched)
+    /// while this exchange's own requests wait for the next: one all-to-all per step. With
+    /// `--fetch rma` the rows are read one-sidedly after a barrier and installed at once.
+    /// Returns, per owner, the slots of the rows asked for in this exchange (alltoall).
+    fn exchange(&mut self, adm: &Admission) -> Vec<Vec<(u32, bool)>> {
         let (comm, cfg, part) = (self.comm, self.cfg, &self.g.part);
         let (dim, wire, me, n) = (cfg.dim, cfg.wire_dtype, comm.rank(), comm.size());
         let wb = dim * wire.size();
@@ -1064,56 +1120,6 @@ impl<'a> Trainer<'a> {
             let (owner, row) = part.locate(key >> 1);
             (owner, (row as u32) | (((key & 1) as u32) << 31))
         };
-        // Per owner: [pending, tokens: u64 x 2][walker bytes: u32][walkers][deltas: u32]
-        // [deltas x (head, dim x wire)][requests x head].
-        let t = Timer::start();
-        let (walkers, counts) = match self.carry.take() {
-            Some((w, c)) => (w, c),
-            None => (vec![Vec::new(); n], [0; 2]),
-        };
-        let mut at = vec![0usize; n];
-        let mut send: Vec<Vec<u8>> = walkers
-            .into_iter()
-            .enumerate()
-            .map(|(o, w)| {
-                let mut b = Vec::with_capacity(24 + w.len());
-                b.extend_from_slice(&counts[0].to_le_bytes());
-                b.extend_from_slice(&counts[1].to_le_bytes());
-                b.extend_from_slice(&(w.len() as u32).to_le_bytes());
-                b.extend_from_slice(&w);
-                at[o] = b.len();
-                b.extend_from_slice(&[0u8; 4]);
-                b
-            })
-            .collect();
-        let mut count = vec![0u32; n];
-        let mut enc = vec![0u8; wb];
-        for (i, &key) in adm.push_keys.iter().enumerate() {
-            let (o, h) = head(key);
-            encode_row(wire, &adm.push_vals[i * dim..(i + 1) * dim], &mut enc);
-            send[o].extend_from_slice(&h.to_le_bytes());
-            send[o].extend_from_slice(&enc);
-            count[o] += 1;
-        }
-        for ((b, c), &a) in send.iter_mut().zip(&count).zip(&at) {
-            b[a..a + 4].copy_from_slice(&c.to_le_bytes());
-        }
-        self.m.push_bytes_sent += adm.push_keys.len() as u64 * (4 + wb) as u64;
-        // Where each owner's rows go, in request order.
-        let mut asked: Vec<Vec<(u32, bool)>> = vec![Vec::new(); n];
-        for &(slot, key, new) in &adm.fetch {
-            let (o, h) = head(key);
-            if !rma {
-                send[o].extend_from_slice(&h.to_le_bytes());
-            }
-            asked[o].push((slot, new));
-        }
-        let recv = comm.all_to_all_v(send);
-        self.m.seconds.push += t.secs();
-
-        // Deltas for this rank's rows, added as the pool adds (relaxed atomics); requests
-        // answered from the rows as they are then.
-        let t = Timer::start();
         let bad = |what: &str| -> ! {
             fatal(comm, Some(self.step), &format!("received {what}"));
         };
@@ -1125,8 +1131,72 @@ impl<'a> Trainer<'a> {
             let first = in_place[m].first_row[me].expect("a rank's own rows are in place");
             (m, (first as usize + row) * dim)
         };
-        let mut reply: Vec<Vec<u8>> = vec![Vec::new(); n];
+        // Per peer: [pending, tokens: u64 x 2][walker bytes: u32][walkers][deltas: u32]
+        // [deltas x (head, dim x wire)][requests: u32][requests x head][rows the peer asked for
+        // in the last exchange, dim x wire each, in its order].
+        let t = Timer::start();
+        let (walkers, counts) = match self.carry.take() {
+            Some((w, c)) => (w, c),
+            None => (vec![Vec::new(); n], [0; 2]),
+        };
+        let mut send: Vec<Vec<u8>> = walkers
+            .into_iter()
+            .map(|w| {
+                let mut b = Vec::with_capacity(28 + w.len());
+                b.extend_from_slice(&counts[0].to_le_bytes());
+                b.extend_from_slice(&counts[1].to_le_bytes());
+                b.extend_from_slice(&(w.len() as u32).to_le_bytes());
+                b.extend_from_slice(&w);
+                b
+            })
+            .collect();
+        let mut by_owner: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (i, &key) in adm.push_keys.iter().enumerate() {
+            by_owner[head(key).0].push(i);
+        }
+        let mut enc = vec![0u8; wb];
+        for (o, idx) in by_owner.iter().enumerate() {
+            send[o].extend_from_slice(&(idx.len() as u32).to_le_bytes());
+            for &i in idx {
+                encode_row(wire, &adm.push_vals[i * dim..(i + 1) * dim], &mut enc);
+                send[o].extend_from_slice(&head(adm.push_keys[i]).1.to_le_bytes());
+                send[o].extend_from_slice(&enc);
+            }
+        }
+        self.m.push_bytes_sent += adm.push_keys.len() as u64 * (4 + wb) as u64;
+        // Where each owner's rows go, in request order.
+        let mut asked: Vec<Vec<(u32, bool)>> = vec![Vec::new(); n];
+        let mut heads: Vec<Vec<u32>> = vec![Vec::new(); n];
+        for &(slot, key, new) in &adm.fetch {
+            let (o, h) = head(key);
+            heads[o].push(h);
+            asked[o].push((slot, new));
+        }
         let mut row = vec![0f32; dim];
+        for (o, b) in send.iter_mut().enumerate() {
+            let h = if rma { &[][..] } else { &heads[o][..] };
+            b.extend_from_slice(&(h.len() as u32).to_le_bytes());
+            for x in h {
+                b.extend_from_slice(&x.to_le_bytes());
+            }
+            // The rows `o` asked for last time, as they are now.
+            for &h in &self.to_answer[o] {
+                let (m, at) = own(h);
+                // SAFETY: the shards outlive this call and nothing takes `&mut` access to
+                // their windows while cells are in use; pool tasks update rows with relaxed
+                // atomic accesses, as these are.
+                let cells = unsafe { in_place[m].cells.cells() };
+                sgns::load(&cells[at..at + dim], &mut row);
+                encode_row(wire, &row, &mut enc);
+                b.extend_from_slice(&enc);
+            }
+        }
+        let recv = comm.all_to_all_v(send);
+        self.m.seconds.push += t.secs();
+
+        // Deltas for this rank's rows, added as the pool adds (relaxed atomics); requests kept
+        // for the next exchange; rows for the batch waiting for them.
+        let t = Timer::start();
         let mut sums = [0u64; 2];
         let mut arrived = Vec::with_capacity(n);
         let u32_at = |b: &[u8], i: usize| -> usize {
@@ -1135,6 +1205,11 @@ impl<'a> Trainer<'a> {
                 None => bad("a truncated exchange message"),
             }
         };
+        let waiting = self.deferred.take();
+        let expected: Vec<usize> = (0..n)
+            .map(|o| waiting.as_ref().map_or(0, |d| d.asked[o].len()))
+            .collect();
+        let mut rows_in: Vec<&[u8]> = Vec::with_capacity(n);
         for (src, b) in recv.iter().enumerate() {
             if b.len() < 24 {
                 bad("a truncated exchange message");
@@ -1147,59 +1222,59 @@ impl<'a> Trainer<'a> {
                 bad("a truncated exchange message")
             };
             arrived.push(w.to_vec());
-            let deltas = u32_at(b, 20 + wl);
-            let b = &b[24 + wl..];
+            let mut at = 20 + wl;
+            let deltas = u32_at(b, at);
+            at += 4;
             let rec = 4 + wb;
-            let (d, reqs) = b.split_at((deltas * rec).min(b.len()));
-            if d.len() != deltas * rec || reqs.len() % 4 != 0 {
-                bad("a malformed exchange message");
-            }
+            let Some(d) = b.get(at..at + deltas * rec) else {
+                bad("a truncated exchange message")
+            };
+            at += deltas * rec;
             self.m.push_bytes_received += d.len() as u64;
             for r in d.chunks_exact(rec) {
-                let (m, at) = own(u32::from_le_bytes(r[..4].try_into().expect("4 bytes")));
+                let (m, o) = own(u32::from_le_bytes(r[..4].try_into().expect("4 bytes")));
                 decode_row(wire, &r[4..], &mut row);
-                // SAFETY: the shards outlive this call and nothing takes `&mut` access to
-                // their windows while cells are in use; pool tasks update rows with relaxed
-                // atomic accesses, as these are.
-                let cells = unsafe { in_place[m].cells.cells() };
-                sgns::add_to(&cells[at..at + dim], &row);
-            }
-            for h in reqs.chunks_exact(4) {
-                let (m, at) = own(u32::from_le_bytes(h.try_into().expect("4 bytes")));
                 // SAFETY: as above.
                 let cells = unsafe { in_place[m].cells.cells() };
-                sgns::load(&cells[at..at + dim], &mut row);
-                encode_row(wire, &row, &mut enc);
-                reply[src].extend_from_slice(&enc);
+                sgns::add_to(&cells[o..o + dim], &row);
             }
+            let reqs = u32_at(b, at);
+            at += 4;
+            let Some(q) = b.get(at..at + 4 * reqs) else {
+                bad("a truncated exchange message")
+            };
+            at += 4 * reqs;
+            self.to_answer[src].clear();
+            self.to_answer[src].extend(
+                q.chunks_exact(4)
+                    .map(|h| u32::from_le_bytes(h.try_into().expect("4 bytes"))),
+            );
+            let r = &b[at..];
+            if r.len() != expected[src] * wb {
+                bad(&format!(
+                    "{} bytes of rows from rank {src} for {} rows asked",
+                    r.len(),
+                    expected[src]
+                ));
+            }
+            rows_in.push(r);
         }
         self.carried = Some((arrived, sums));
         self.m.seconds.apply += t.secs();
 
         let t = Timer::start();
         let cache = self.cache.as_mut().expect("exchange needs the cache");
-        let fetched = adm.fetch.len();
-        if !rma {
-            let rows = comm.all_to_all_v(reply);
-            for (o, b) in rows.iter().enumerate() {
-                if b.len() != asked[o].len() * wb {
-                    fatal(
-                        comm,
-                        Some(self.step),
-                        &format!(
-                            "rank {o} answered {} bytes for {} rows",
-                            b.len(),
-                            asked[o].len()
-                        ),
-                    );
-                }
+        if let Some(d) = &waiting {
+            for (o, b) in rows_in.iter().enumerate() {
                 self.m.fetch_bytes += b.len() as u64;
-                for (&(slot, new), r) in asked[o].iter().zip(b.chunks_exact(wb)) {
+                for (&(slot, new), r) in d.asked[o].iter().zip(b.chunks_exact(wb)) {
                     decode_row(wire, r, &mut row);
                     cache.install(slot, &row, new);
                 }
             }
-        } else {
+        }
+        let fetched = adm.fetch.len();
+        if rma {
             // Every owner has added the deltas before any rank reads.
             comm.barrier();
             let mut by: Vec<Vec<Vec<(u32, u32)>>> = vec![vec![Vec::new(); n]; self.shards.len()];
@@ -1221,14 +1296,16 @@ impl<'a> Trainer<'a> {
         }
         self.m.remote_rows += fetched as u64;
         self.m.seconds.fetch += t.secs();
+        if let Some(d) = waiting {
+            self.launch_cached(d.planned, d.lr, d.step);
+        }
+        asked
     }
 
     /// Apply the batch still in flight, if any (end of training).
     /// Collective when rows are node-shared: returns when no rank of the node updates rows.
     pub fn drain(&mut self, lr: f32) {
-        while let Some(prev) = self.pending.pop_front() {
-            self.finish(prev, lr);
-        }
+        self.settle(lr);
         if let Some(cache) = &mut self.cache {
             // Owners get every cached delta (the output and checkpoints hold them).
             let mut adm = std::mem::take(&mut self.adm);
