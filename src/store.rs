@@ -4,6 +4,7 @@
 
 use std::sync::atomic::AtomicU32;
 
+use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
 use crate::comm::{Comm, Window};
@@ -18,18 +19,33 @@ pub fn decode_row(dtype: Dtype, bytes: &[u8], out: &mut [f32]) {
                 *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
             }
         }
+        // Through a small aligned buffer, so that `half` converts whole slices (F16C
+        // instructions eight values at a time where the CPU has them).
         Dtype::F16 => {
-            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                *o = f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+            let mut tmp = [f16::ZERO; CONVERT];
+            for (o, b) in out.chunks_mut(CONVERT).zip(bytes.chunks(2 * CONVERT)) {
+                let t = &mut tmp[..o.len()];
+                for (h, c) in t.iter_mut().zip(b.chunks_exact(2)) {
+                    *h = f16::from_bits(u16::from_le_bytes([c[0], c[1]]));
+                }
+                t.convert_to_f32_slice(o);
             }
         }
         Dtype::Bf16 => {
-            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                *o = bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+            let mut tmp = [bf16::ZERO; CONVERT];
+            for (o, b) in out.chunks_mut(CONVERT).zip(bytes.chunks(2 * CONVERT)) {
+                let t = &mut tmp[..o.len()];
+                for (h, c) in t.iter_mut().zip(b.chunks_exact(2)) {
+                    *h = bf16::from_bits(u16::from_le_bytes([c[0], c[1]]));
+                }
+                t.convert_to_f32_slice(o);
             }
         }
     }
 }
+
+/// Values converted at a time by [`decode_row`] and [`encode_row`].
+const CONVERT: usize = 64;
 
 /// Store one f32 row in the storage dtype (round to nearest).
 #[inline]
@@ -41,13 +57,23 @@ pub fn encode_row(dtype: Dtype, row: &[f32], bytes: &mut [u8]) {
             }
         }
         Dtype::F16 => {
-            for (x, c) in row.iter().zip(bytes.chunks_exact_mut(2)) {
-                c.copy_from_slice(&f16::from_f32(*x).to_bits().to_le_bytes());
+            let mut tmp = [f16::ZERO; CONVERT];
+            for (x, b) in row.chunks(CONVERT).zip(bytes.chunks_mut(2 * CONVERT)) {
+                let t = &mut tmp[..x.len()];
+                t.convert_from_f32_slice(x);
+                for (h, c) in t.iter().zip(b.chunks_exact_mut(2)) {
+                    c.copy_from_slice(&h.to_bits().to_le_bytes());
+                }
             }
         }
         Dtype::Bf16 => {
-            for (x, c) in row.iter().zip(bytes.chunks_exact_mut(2)) {
-                c.copy_from_slice(&bf16::from_f32(*x).to_bits().to_le_bytes());
+            let mut tmp = [bf16::ZERO; CONVERT];
+            for (x, b) in row.chunks(CONVERT).zip(bytes.chunks_mut(2 * CONVERT)) {
+                let t = &mut tmp[..x.len()];
+                t.convert_from_f32_slice(x);
+                for (h, c) in t.iter().zip(b.chunks_exact_mut(2)) {
+                    c.copy_from_slice(&h.to_bits().to_le_bytes());
+                }
             }
         }
     }
