@@ -3,6 +3,9 @@
 #   bench/run_benchmarks.sh load      convert + distributed load of an R-MAT graph (2^20 nodes, 16M edges)
 #   bench/run_benchmarks.sh gensim    DeepWalk on BlogCatalog: graphscale vs walks+gensim, same run
 #   bench/run_benchmarks.sh ranks     DeepWalk on BlogCatalog at 1, 2 and 4 ranks (2 cores shared)
+#   bench/run_benchmarks.sh nodes     DeepWalk on BlogCatalog at 1 node, 2 and 4 simulated nodes
+#                                     (--ranks-per-node 1) over shared memory and 2 over forced TCP,
+#                                     each also with the earlier remote path (no cache, f32, rma)
 # Both by default. Needs a release build (make build) and, for gensim, a Python with
 # numpy scipy scikit-learn gensim numba h5py (PYTHON=..., default /tmp/anchors/bin/python).
 # GS_FLAGS adds graphscale flags (e.g. GS_FLAGS='--max-staleness 1'); WALKS, LENGTH set the corpus;
@@ -44,6 +47,66 @@ for n in ranks:
     res["runs"][n] = {"train_seconds": round(train, 2), "pairs_per_second": round(sum(m["pairs"] for m in ms) / train),
                       "max_rank_phase_seconds": ph, "micro_f1": {k: round(v["micro_f1"] * 100, 2) for k, v in f1.items()}}
     print(f"{n} rank(s): {res['runs'][n]['pairs_per_second']} pairs/s, train {train:.1f} s, Micro-F1 {res['runs'][n]['micro_f1']}, phases {ph}")
+json.dump(res, open(out, "w"), indent=1)
+PYEOF
+  exit 0
+fi
+
+# The path between nodes on one machine: every rank its own node (--ranks-per-node 1), 1 thread
+# per rank; 1 node is 1 rank x 2 threads. BASELINE=0 skips the earlier path's runs (no cache,
+# f32 on the wire, one-sided fetch: what the remote path was before the cache).
+if [[ "$what" == nodes ]]; then
+  W="${WALKS:-10}" L="${LENGTH:-80}"
+  "$BIN" convert "$DATA/blogcatalog/edges.tsv" -o "$WORK/blog.h5" > /dev/null
+  TCP="--mca pml ob1 --mca btl tcp,self --mca osc ucx -x UCX_TLS=tcp,self"
+  OLD="--cache-rows 0 --wire-dtype f32 --fetch rma"
+  runs=("node1|1|||" "shm2|2|||" "shm4|4|||" "tcp2|2|$TCP||")
+  if [[ "${BASELINE:-1}" == 1 ]]; then
+    runs+=("shm2_before|2||$OLD|" "shm4_before|4||$OLD|" "tcp2_before|2|$TCP|$OLD|")
+  fi
+  names=()
+  for r in "${runs[@]}"; do
+    IFS='|' read -r name n net flags _ <<< "$r"
+    if [[ $n == 1 ]]; then
+      place="--map-by slot:PE=2" threads=2 nodes=""
+    else
+      place="" threads=1 nodes="--ranks-per-node 1"
+    fi
+    echo "== $name: $n rank(s) $nodes $flags ${net:+(forced TCP)}"
+    timeout 1200 mpirun --oversubscribe $place $net -n "$n" "$BIN" --graph "$WORK/blog.h5" --walks-per-node "$W" \
+      --walk-length "$L" --window 10 --dim 128 --negatives 5 --threads "$threads" $nodes $flags --comm-timeout 600 \
+      ${GS_FLAGS:-} -o "$WORK/n_${name}.h5" --metrics "$WORK/n_${name}.jsonl" 2> "$WORK/n_${name}.log"
+    "$BIN" eval nodeclf --embeddings "$WORK/n_${name}.h5" --labels "$DATA/blogcatalog/labels.tsv" --repeats 5 --seed 3 \
+      --json > "$WORK/n_${name}_f1.json"
+    names+=("$name")
+  done
+  python3 - "$WORK" "$OUT/blogcatalog_nodes.json" "${names[@]}" <<'PYEOF'
+import json, os, sys
+w, out, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+res = {"flags": os.environ.get("GS_FLAGS", ""), "runs": {}}
+for name in names:
+    ms = [json.loads(l) for l in open(os.path.join(w, f"n_{name}.jsonl"))]
+    train = max(m["train_seconds"] for m in ms)
+    pairs = sum(m["pairs"] for m in ms)
+    moved = sum(m["comm_bytes_sent"] + m.get("one_sided_bytes", 0) for m in ms)
+    rows = sum(m["fetch_bytes"] + m["push_bytes_sent"] for m in ms)
+    f1 = json.load(open(os.path.join(w, f"n_{name}_f1.json")))["results"]
+    res["runs"][name] = {
+        "ranks": len(ms), "train_seconds": round(train, 2), "pairs_per_second": round(pairs / train),
+        "bytes_moved_per_pair": round(moved / pairs, 1), "row_bytes_per_pair": round(rows / pairs, 1),
+        "max_rank_phase_seconds": {k: round(max(m["seconds"][k] for m in ms), 2) for k in ms[0]["seconds"]},
+        "max_rank_cpu_seconds_main": round(max(m.get("cpu_seconds_main", 0) for m in ms), 2),
+        "cache_hits": sum(m.get("cache_hits", 0) for m in ms), "rows_read": sum(m["remote_rows"] for m in ms),
+        "micro_f1": {k: round(v["micro_f1"] * 100, 2) for k, v in f1.items()}}
+one = res["runs"].get("node1", {}).get("pairs_per_second")
+for name, r in res["runs"].items():
+    if one:
+        r["of_one_node"] = round(r["pairs_per_second"] / one, 2)
+    ph = r["max_rank_phase_seconds"]
+    print(f"{name:12s} {r['pairs_per_second'] / 1e6:5.2f}M pairs/s ({r.get('of_one_node', 0):.2f}x of 1 node), "
+          f"{r['bytes_moved_per_pair']:6.1f} B moved/pair, train {r['train_seconds']:.1f} s, "
+          f"Micro-F1 {r['micro_f1']}, phases sample {ph['sample']} fetch {ph['fetch']} compute {ph['compute']} "
+          f"push {ph['push']} apply {ph['apply']} idle {ph.get('idle', 0)}")
 json.dump(res, open(out, "w"), indent=1)
 PYEOF
   exit 0

@@ -146,7 +146,7 @@ pub fn summary_table(all: &[RankMetrics]) -> String {
         (max, mean)
     };
     s.push_str("phase        max s     mean s\n");
-    let rows: [(&str, Getter); 8] = [
+    let rows: [(&str, Getter); 9] = [
         ("load", |m| m.seconds.load),
         ("sample", |m| m.seconds.sample),
         ("fetch", |m| m.seconds.fetch),
@@ -154,6 +154,7 @@ pub fn summary_table(all: &[RankMetrics]) -> String {
         ("push", |m| m.seconds.push),
         ("apply", |m| m.seconds.apply),
         ("wait", |m| m.seconds.wait),
+        ("idle", |m| m.seconds.idle),
         ("output", |m| m.seconds.output),
     ];
     for (name, f) in rows {
@@ -178,6 +179,30 @@ pub fn summary_table(all: &[RankMetrics]) -> String {
         loss / terms.max(1) as f64,
         human_bytes(rss)
     ));
+    let moved: u64 = all
+        .iter()
+        .map(|m| m.comm_bytes_sent + m.one_sided_bytes)
+        .sum();
+    s.push_str(&format!(
+        "moved between ranks {} ({:.1} B per pair; collectives sent plus one-sided reads)\n",
+        human_bytes(moved),
+        moved as f64 / pairs.max(1) as f64
+    ));
+    let cached = all.iter().map(|m| m.cache_rows).max().unwrap_or(0);
+    if cached > 0 {
+        let hits: u64 = all.iter().map(|m| m.cache_hits).sum();
+        let misses: u64 = all.iter().map(|m| m.cache_misses).sum();
+        let refreshes: u64 = all.iter().map(|m| m.cache_refreshes).sum();
+        let evictions: u64 = all.iter().map(|m| m.cache_evictions).sum();
+        let uses = (hits + misses + refreshes).max(1) as f64;
+        s.push_str(&format!(
+            "remote-row cache {cached} rows per rank: {:.1}% of uses hit, {:.1}% first reads, \
+             {:.1}% re-reads; {evictions} evictions\n",
+            100.0 * hits as f64 / uses,
+            100.0 * misses as f64 / uses,
+            100.0 * refreshes as f64 / uses
+        ));
+    }
     let ckpts = all.iter().map(|m| m.checkpoints).max().unwrap_or(0);
     if ckpts > 0 {
         let pause = all
