@@ -348,7 +348,7 @@ mod tests {
     fn hits_refreshes_and_deltas() {
         let mut c = RowCache::new(4, 2, 3);
         let mut a = Admission::default();
-        let mut admit = |c: &mut RowCache, keys: &[u64], step, oldest, a: &mut Admission| {
+        let admit = |c: &mut RowCache, keys: &[u64], step, oldest, a: &mut Admission| {
             a.clear();
             c.admit(keys, step, oldest, a)
         };
