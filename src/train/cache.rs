@@ -397,6 +397,10 @@ mod tests {
         let mut c = RowCache::new(2, 1, 100);
         let mut a = Admission::default();
         assert!(c.admit(&[1, 2], 1, 1, &mut a));
+        // A row whose read is under way is never evicted: the reads arrive first.
+        for &(slot, _, new) in &a.fetch.clone() {
+            c.install(slot, &[0.0], new);
+        }
         let s1 = a.slots[0];
         set(&c, s1, 2.0);
         a.clear();
@@ -408,6 +412,7 @@ mod tests {
         assert_eq!(a.push_keys, vec![1]);
         assert_eq!(a.push_vals, vec![2.0]);
         assert_eq!(a.slots[1], s1);
+        c.install(s1, &[0.0], true);
         // Rows used by a batch still running (from step 3) are never evicted: no room.
         a.clear();
         assert!(!c.admit(&[4, 5], 4, 3, &mut a));
