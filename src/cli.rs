@@ -74,6 +74,8 @@ pub enum Command {
     Export(ExportCmd),
     /// Hold out edges for link prediction (keeps the graph connected; serial)
     Split(SplitCmd),
+    /// Relabel a graph so that `--partition block` keeps neighbourhoods on one rank (serial)
+    Reorder(ReorderCmd),
     /// Evaluate embeddings
     #[command(subcommand)]
     Eval(EvalCmd),
@@ -94,6 +96,27 @@ pub struct SelftestCmd {
     pub rows: usize,
     #[arg(long, default_value_t = 20)]
     pub rounds: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct ReorderCmd {
+    #[arg(long)]
+    pub graph: PathBuf,
+    /// The relabelled graph (with `original_ids`; training writes embeddings in original order)
+    #[arg(short = 'o', long)]
+    pub output: PathBuf,
+    /// Ranks that will train it with `--partition block` (one contiguous range of the new ids
+    /// each)
+    #[arg(long)]
+    pub parts: usize,
+    /// Label-propagation rounds
+    #[arg(long, default_value_t = 10)]
+    pub rounds: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -70,6 +70,7 @@ fn main() {
         }),
         Some(Command::Eval(e)) => serial(|| eval_cmd(&e)),
         Some(Command::Split(ref x)) => serial(|| split_cmd(x)),
+        Some(Command::Reorder(ref x)) => serial(|| reorder_cmd(x)),
         Some(Command::Info(ref i)) => spmd(&cli.global, |c| info(c, i)),
         Some(Command::Selftest(ref s)) => spmd(&cli.global, |c| selftest(c, s)),
         Some(Command::Train(ref t)) => spmd(&cli.global, |c| train_cmd(c, t)),
@@ -206,6 +207,32 @@ fn generate_cmd(g: &GenerateCmd) -> Result<()> {
                 output.display()
             );
         }
+    }
+    Ok(())
+}
+
+fn reorder_cmd(x: &graphscale::cli::ReorderCmd) -> Result<()> {
+    let r = graphscale::graph::reorder::reorder(&x.graph, &x.output, x.parts, x.rounds, x.seed)?;
+    if x.json {
+        println!("{}", serde_json::to_string(&r).expect("json"));
+    } else {
+        println!(
+            "reordered {} -> {}: {} nodes, {} edges, {} clusters in {:.1} s; edges between the {} ranks: \
+             {:.1}% before (striped), {:.1}% before (block), {:.1}% after (block), largest rank's degree \
+             sum {:.3}x the mean; train it with --partition block on {} ranks",
+            x.graph.display(),
+            x.output.display(),
+            r.nodes,
+            r.edges,
+            r.clusters,
+            r.seconds,
+            r.parts,
+            100.0 * r.cut_striped_before,
+            100.0 * r.cut_block_before,
+            100.0 * r.cut_block_after,
+            r.volume_balance,
+            r.parts
+        );
     }
     Ok(())
 }

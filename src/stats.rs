@@ -75,6 +75,12 @@ pub struct RankMetrics {
     pub cache_refreshes: u64,
     #[serde(default)]
     pub cache_evictions: u64,
+    /// Hogwild: references of the batches' pairs to rows of other nodes (`local_rows` counts
+    /// those to rows of this node); walks: walker steps that moved to another rank.
+    #[serde(default)]
+    pub remote_refs: u64,
+    #[serde(default)]
+    pub walker_crossings: u64,
 }
 
 impl RankMetrics {

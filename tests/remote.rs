@@ -149,3 +149,77 @@ fn remote_path_settings_that_cannot_work_are_refused_on_every_rank() {
         assert!(!emb.exists(), "{extra:?}: trained anyway");
     }
 }
+
+/// `graphscale reorder` relabels a graph for `--partition block`: fewer walker crossings and
+/// remote rows, the same quality, and embeddings written back in the original ids' order (the
+/// labels refer to those).
+#[test]
+fn a_reordered_graph_trains_with_fewer_crossings_and_original_rows() {
+    let d = tmp();
+    let (g, l) = sbm(d.path(), 1200, 4);
+    let r = p(d.path(), "r.h5");
+    let o = run(
+        60,
+        &[
+            "reorder",
+            "--graph",
+            s(&g),
+            "-o",
+            s(&r),
+            "--parts",
+            "2",
+            "--json",
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.all());
+    let rep: Value = serde_json::from_str(o.stdout.trim()).expect("json");
+    let after = rep["cut_block_after"].as_f64().unwrap();
+    assert!(
+        after < 0.5 * rep["cut_striped_before"].as_f64().unwrap(),
+        "{rep}"
+    );
+    assert!(
+        rep["volume_balance"].as_f64().unwrap() <= 1.05 + 1e-9,
+        "{rep}"
+    );
+    let (emb, m) = (p(d.path(), "emb.h5"), p(d.path(), "m.jsonl"));
+    let crossings = |graph: &str, extra: &[&str]| -> (f64, f64) {
+        let mut a = args(graph, s(&emb), s(&m));
+        a.extend_from_slice(extra);
+        let o = mpirun(2, 240, &a);
+        assert_eq!(o.code, 0, "{}", o.all());
+        let f1 = micro_f1(&emb, &l);
+        let ms = metrics(&m);
+        (
+            sum(&ms, "walker_crossings") as f64 / sum(&ms, "tokens") as f64,
+            f1,
+        )
+    };
+    let (before, f1_before) = crossings(s(&g), &[]);
+    let (reordered, f1_after) = crossings(s(&r), &["--partition", "block"]);
+    assert!(
+        f1_before >= 0.9 && f1_after >= 0.9,
+        "{f1_before} {f1_after}"
+    );
+    assert!(
+        reordered < 0.6 * before,
+        "crossings per token {before} -> {reordered}"
+    );
+    // A relabelling that is not a permutation is refused, naming the dataset.
+    let bad = p(d.path(), "bad.h5");
+    std::fs::copy(&r, &bad).unwrap();
+    {
+        let f = hdf5::File::open_rw(&bad).unwrap();
+        f.unlink("original_ids").unwrap();
+        f.new_dataset_builder()
+            .with_data(&vec![0u64; 1200])
+            .create("original_ids")
+            .unwrap();
+    }
+    let mut a = args(s(&bad), s(&emb), s(&m));
+    a.extend_from_slice(&["--partition", "block"]);
+    let o = mpirun(2, 120, &a);
+    assert_ne!(o.code, 0, "{}", o.all());
+    assert_ne!(o.code, 124, "hung: {}", o.all());
+    assert!(o.stderr.contains("original_ids"), "{}", o.stderr);
+}

@@ -7,6 +7,7 @@ pub mod generate;
 pub mod h5;
 pub mod node;
 pub mod partition;
+pub mod reorder;
 pub mod text;
 
 pub use csr::LocalGraph;

@@ -214,6 +214,8 @@ pub struct WalkEngine {
     walkers: Vec<Walker>,
     /// Walkers shipped by `superstep_local` and not yet delivered anywhere.
     in_transit: u64,
+    /// Walker steps that moved to another rank (crossings), over the engine's life.
+    pub crossed: u64,
     /// Local start nodes in a fixed random order.
     order: Vec<u32>,
     next_start: u64,
@@ -261,6 +263,7 @@ impl WalkEngine {
             params,
             walkers: Vec::new(),
             in_transit: 0,
+            crossed: 0,
             order,
             next_start: 0,
             keep,
@@ -464,8 +467,9 @@ impl WalkEngine {
                     i += 1;
                 } else {
                     let l = lanes.swap_remove(i);
-                    advance(g, l.w, x, &mut send);
+                    let o = advance(g, l.w, x, &mut send);
                     self.in_transit += 1;
+                    self.crossed += u64::from(o != self.rank);
                 }
             }
         }
@@ -477,8 +481,9 @@ impl WalkEngine {
                 // answer says which of the two a(t, x) is.
                 let a = if yes { 1.0 } else { 1.0 / q };
                 if u < a {
-                    advance(g, w, x, &mut send);
+                    let o = advance(g, w, x, &mut send);
                     self.in_transit += 1;
+                    self.crossed += u64::from(o != self.rank);
                 } else {
                     self.walkers.push(w);
                 }
@@ -621,9 +626,12 @@ fn propose(
     Move::Retry
 }
 
-fn advance(g: &LocalGraph, mut w: Walker, x: u64, send: &mut [Vec<u8>]) {
+/// Ship `w`, stepped to `x`, to the owner of `x`; returns that owner.
+fn advance(g: &LocalGraph, mut w: Walker, x: u64, send: &mut [Vec<u8>]) -> usize {
     w.step_to(x);
-    w.encode(&mut send[g.part.owner(x)]);
+    let o = g.part.owner(x);
+    w.encode(&mut send[o]);
+    o
 }
 
 enum Move {

@@ -653,6 +653,7 @@ impl<'a> Trainer<'a> {
             }
         }
         self.drain(self.lr_at(1.0));
+        self.m.walker_crossings = engine.crossed;
         let epochs = cfg.epochs;
         self.checkpoint_finish(|_| {
             let cursor = Cursor {
@@ -892,10 +893,16 @@ impl<'a> Trainer<'a> {
             }
         };
         // Rows read in place: every reference to this node (a row may be read by several pairs).
-        self.m.local_rows += planned
-            .references()
-            .filter(|&&r| r & sgns::REMOTE == 0)
-            .count() as u64;
+        let (mut local, mut remote) = (0u64, 0u64);
+        for &r in planned.references() {
+            if r & sgns::REMOTE == 0 {
+                local += 1;
+            } else if r != sgns::SKIP {
+                remote += 1;
+            }
+        }
+        self.m.local_rows += local;
+        self.m.remote_refs += remote;
         self.m.seconds.sample += t.secs();
         if self.cache.is_some() {
             self.cached_launch(planned, keys, lr);

@@ -34,15 +34,133 @@ pub fn write_embeddings(
         Ok(())
     };
     agree(comm, created)?;
+    // A graph relabelled by `graphscale reorder`: rows go back to their original ids.
+    let ids = agree(comm, original_ids(&cfg.graph, g))?;
+    let rows = ids.map(|ids| to_original_order(comm, &cfg.graph, g, shard, &ids));
+    let rows = match rows {
+        Some(r) => Some(agree(comm, r)?),
+        None => None,
+    };
     for r in 0..comm.size() {
         let res = if r == comm.rank() {
-            write_rows(path, g, shard)
+            match &rows {
+                Some((first, a)) => write_block(path, *first, a),
+                None => write_rows(path, g, shard),
+            }
         } else {
             Ok(())
         };
         agree(comm, res)?;
     }
     Ok(())
+}
+
+/// The original id of each of this rank's rows, when the graph file has `original_ids`.
+fn original_ids(graph: &Path, g: &LocalGraph) -> Result<Option<Vec<u64>>> {
+    let f = crate::graph::h5::open_h5(graph)?;
+    let Ok(ds) = f.dataset("original_ids") else {
+        return Ok(None);
+    };
+    let n = g.num_nodes();
+    if ds.shape() != [n as usize] {
+        return Err(Error::bad_input(
+            graph,
+            format!(
+                "'original_ids' has shape {:?}; it must hold one id per node ({n})",
+                ds.shape()
+            ),
+        ));
+    }
+    let rows = g.num_local();
+    if rows == 0 {
+        return Ok(Some(Vec::new()));
+    }
+    let first = g.part.global(g.rank, 0) as usize;
+    let last = g.part.global(g.rank, rows - 1) as usize;
+    let step = if g.part.scheme() == Scheme::Striped {
+        g.part.ranks()
+    } else {
+        1
+    };
+    let ids: Vec<u64> = ds
+        .read_slice_1d::<u64, _>(s![first..last + 1;step])
+        .map_err(|e| Error::hdf5(graph, "read original_ids", e))?
+        .to_vec();
+    if let Some(bad) = ids.iter().find(|&&o| o >= n) {
+        return Err(Error::bad_input(
+            graph,
+            format!("'original_ids' holds {bad}, beyond num_nodes {n}"),
+        ));
+    }
+    Ok(Some(ids))
+}
+
+/// Collective: send every row to the rank that writes its original id's range (ranks write
+/// equal contiguous ranges); returns this rank's first original id and its rows in order.
+fn to_original_order(
+    comm: &Comm,
+    graph: &Path,
+    g: &LocalGraph,
+    shard: &Shard,
+    ids: &[u64],
+) -> Result<(usize, Array2<f32>)> {
+    let (n, ranks, dim) = (g.num_nodes() as usize, comm.size(), shard.dim);
+    let span = n.div_ceil(ranks).max(1);
+    let rb = shard.row_bytes();
+    let mut send = vec![Vec::new(); ranks];
+    let mut row = vec![0f32; dim];
+    shard.window.with_local(|bytes| {
+        for (r, &o) in ids.iter().enumerate() {
+            decode_row(shard.dtype, &bytes[r * rb..(r + 1) * rb], &mut row);
+            let b = &mut send[o as usize / span];
+            b.extend_from_slice(&o.to_le_bytes());
+            for x in &row {
+                b.extend_from_slice(&x.to_le_bytes());
+            }
+        }
+    });
+    let first = (comm.rank() * span).min(n);
+    let len = ((comm.rank() + 1) * span).min(n) - first;
+    let mut a = Array2::<f32>::zeros((len, dim));
+    let mut filled = vec![false; len];
+    for b in comm.all_to_all_v(send) {
+        for rec in b.chunks_exact(8 + 4 * dim) {
+            let o = u64::from_le_bytes(rec[..8].try_into().expect("8 bytes")) as usize;
+            let i = o - first;
+            if filled[i] {
+                return Err(Error::bad_input(
+                    graph,
+                    format!("'original_ids' holds {o} twice: it must be a permutation"),
+                ));
+            }
+            filled[i] = true;
+            for (x, c) in a.row_mut(i).iter_mut().zip(rec[8..].chunks_exact(4)) {
+                *x = f32::from_le_bytes(c.try_into().expect("4 bytes"));
+            }
+        }
+    }
+    if let Some(i) = filled.iter().position(|f| !f) {
+        return Err(Error::bad_input(
+            graph,
+            format!(
+                "'original_ids' lacks {}: it must be a permutation",
+                first + i
+            ),
+        ));
+    }
+    Ok((first, a))
+}
+
+fn write_block(path: &Path, first: usize, a: &Array2<f32>) -> Result<()> {
+    if a.nrows() == 0 {
+        return Ok(());
+    }
+    let f = hdf5::File::open_rw(path).map_err(|e| Error::hdf5(path, "open output", e))?;
+    let ds = f
+        .dataset("embeddings")
+        .map_err(|e| Error::hdf5(path, "open embeddings", e))?;
+    ds.write_slice(a, s![first..first + a.nrows(), ..])
+        .map_err(|e| Error::hdf5(path, "write embeddings", e))
 }
 
 fn create(path: &Path, n: usize, dim: usize, cfg: &TrainConfig, ranks: usize) -> Result<()> {
