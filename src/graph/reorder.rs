@@ -235,11 +235,11 @@ fn order_nodes(
         }
     }
 
-    // Clusters, and the weight of the connections between them.
+    // The clusters' members.
     let mut id_of = vec![u32::MAX; n];
     let mut members: Vec<Vec<u32>> = Vec::new();
-    for v in 0..n {
-        let l = label[v] as usize;
+    for (v, &l) in label.iter().enumerate() {
+        let l = l as usize;
         if id_of[l] == u32::MAX {
             id_of[l] = members.len() as u32;
             members.push(Vec::new());
@@ -353,7 +353,7 @@ fn order_nodes(
         let mean = vol.iter().sum::<u64>() as f64 / parts as f64;
         let over = vol.iter().copied().max().unwrap_or(0) as f64 / mean.max(1.0) > 1.05 + 1e-9;
         let key = (over, cut);
-        if best.as_ref().is_none_or(|(b, _)| key < *b) {
+        if best.as_ref().map_or(true, |(b, _)| key < *b) {
             best = Some((key, order));
         }
     }
