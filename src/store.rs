@@ -19,27 +19,50 @@ pub fn decode_row(dtype: Dtype, bytes: &[u8], out: &mut [f32]) {
                 *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
             }
         }
-        // Through a small aligned buffer, so that `half` converts whole slices (F16C
-        // instructions eight values at a time where the CPU has them).
-        Dtype::F16 => {
-            let mut tmp = [f16::ZERO; CONVERT];
-            for (o, b) in out.chunks_mut(CONVERT).zip(bytes.chunks(2 * CONVERT)) {
-                let t = &mut tmp[..o.len()];
-                for (h, c) in t.iter_mut().zip(b.chunks_exact(2)) {
-                    *h = f16::from_bits(u16::from_le_bytes([c[0], c[1]]));
-                }
-                t.convert_to_f32_slice(o);
-            }
+        Dtype::F16 => decode_half(bytes, out, f16::ZERO, f16::from_bits, |h, o| {
+            h.convert_to_f32_slice(o)
+        }),
+        Dtype::Bf16 => decode_half(bytes, out, bf16::ZERO, bf16::from_bits, |h, o| {
+            h.convert_to_f32_slice(o)
+        }),
+    }
+}
+
+/// 2-byte values to f32 through a small aligned buffer, so that `half` converts whole slices
+/// (F16C instructions eight values at a time where the CPU has them).
+#[inline]
+fn decode_half<H: Copy>(
+    bytes: &[u8],
+    out: &mut [f32],
+    zero: H,
+    from_bits: impl Fn(u16) -> H,
+    convert: impl Fn(&[H], &mut [f32]),
+) {
+    let mut tmp = [zero; CONVERT];
+    for (o, b) in out.chunks_mut(CONVERT).zip(bytes.chunks(2 * CONVERT)) {
+        let t = &mut tmp[..o.len()];
+        for (h, c) in t.iter_mut().zip(b.chunks_exact(2)) {
+            *h = from_bits(u16::from_le_bytes([c[0], c[1]]));
         }
-        Dtype::Bf16 => {
-            let mut tmp = [bf16::ZERO; CONVERT];
-            for (o, b) in out.chunks_mut(CONVERT).zip(bytes.chunks(2 * CONVERT)) {
-                let t = &mut tmp[..o.len()];
-                for (h, c) in t.iter_mut().zip(b.chunks_exact(2)) {
-                    *h = bf16::from_bits(u16::from_le_bytes([c[0], c[1]]));
-                }
-                t.convert_to_f32_slice(o);
-            }
+        convert(t, o);
+    }
+}
+
+/// f32 to 2-byte values, as [`decode_half`].
+#[inline]
+fn encode_half<H: Copy>(
+    row: &[f32],
+    bytes: &mut [u8],
+    zero: H,
+    to_bits: impl Fn(H) -> u16,
+    convert: impl Fn(&mut [H], &[f32]),
+) {
+    let mut tmp = [zero; CONVERT];
+    for (x, b) in row.chunks(CONVERT).zip(bytes.chunks_mut(2 * CONVERT)) {
+        let t = &mut tmp[..x.len()];
+        convert(t, x);
+        for (h, c) in t.iter().zip(b.chunks_exact_mut(2)) {
+            c.copy_from_slice(&to_bits(*h).to_le_bytes());
         }
     }
 }
@@ -56,26 +79,12 @@ pub fn encode_row(dtype: Dtype, row: &[f32], bytes: &mut [u8]) {
                 c.copy_from_slice(&x.to_le_bytes());
             }
         }
-        Dtype::F16 => {
-            let mut tmp = [f16::ZERO; CONVERT];
-            for (x, b) in row.chunks(CONVERT).zip(bytes.chunks_mut(2 * CONVERT)) {
-                let t = &mut tmp[..x.len()];
-                t.convert_from_f32_slice(x);
-                for (h, c) in t.iter().zip(b.chunks_exact_mut(2)) {
-                    c.copy_from_slice(&h.to_bits().to_le_bytes());
-                }
-            }
-        }
-        Dtype::Bf16 => {
-            let mut tmp = [bf16::ZERO; CONVERT];
-            for (x, b) in row.chunks(CONVERT).zip(bytes.chunks_mut(2 * CONVERT)) {
-                let t = &mut tmp[..x.len()];
-                t.convert_from_f32_slice(x);
-                for (h, c) in t.iter().zip(b.chunks_exact_mut(2)) {
-                    c.copy_from_slice(&h.to_bits().to_le_bytes());
-                }
-            }
-        }
+        Dtype::F16 => encode_half(row, bytes, f16::ZERO, f16::to_bits, |h, x| {
+            h.convert_from_f32_slice(x)
+        }),
+        Dtype::Bf16 => encode_half(row, bytes, bf16::ZERO, bf16::to_bits, |h, x| {
+            h.convert_from_f32_slice(x)
+        }),
     }
 }
 

@@ -194,26 +194,7 @@ fn train_and_score(
 ) -> Trained {
     let emb = p(dir, "emb.h5");
     let metrics = p(dir, "metrics.jsonl");
-    let mut args = vec![
-        "--graph",
-        s(g),
-        "--walks-per-node",
-        "5",
-        "--walk-length",
-        "20",
-        "--window",
-        "10",
-        "--dim",
-        "32",
-        "--threads",
-        "1",
-        "-o",
-        s(&emb),
-        "--metrics",
-        s(&metrics),
-        "--comm-timeout",
-        "60",
-    ];
+    let mut args = walk_args(s(g), s(&emb), s(&metrics));
     args.extend_from_slice(extra);
     let o = if ranks == 1 {
         run(240, &args)

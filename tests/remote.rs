@@ -20,29 +20,11 @@ fn sum(ms: &[Value], key: &str) -> u64 {
     ms.iter().map(|m| m[key].as_u64().unwrap_or(0)).sum()
 }
 
+/// [`walk_args`] with every rank its own node.
 fn args<'a>(g: &'a str, emb: &'a str, m: &'a str) -> Vec<&'a str> {
-    vec![
-        "--graph",
-        g,
-        "--walks-per-node",
-        "5",
-        "--walk-length",
-        "20",
-        "--window",
-        "10",
-        "--dim",
-        "32",
-        "--threads",
-        "1",
-        "-o",
-        emb,
-        "--metrics",
-        m,
-        "--comm-timeout",
-        "60",
-        "--ranks-per-node",
-        "1",
-    ]
+    let mut a = walk_args(g, emb, m);
+    a.extend_from_slice(&["--ranks-per-node", "1"]);
+    a
 }
 
 #[test]

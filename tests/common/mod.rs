@@ -130,3 +130,28 @@ pub fn micro_f1(emb: &Path, labels: &Path) -> f64 {
     let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("json");
     v["results"]["0.5"]["micro_f1"].as_f64().expect("micro_f1")
 }
+
+/// A short DeepWalk run on `graph` (5 walks of 20, window 10, d 32, 1 thread per rank) writing
+/// `emb` and `metrics`.
+pub fn walk_args<'a>(graph: &'a str, emb: &'a str, metrics: &'a str) -> Vec<&'a str> {
+    vec![
+        "--graph",
+        graph,
+        "--walks-per-node",
+        "5",
+        "--walk-length",
+        "20",
+        "--window",
+        "10",
+        "--dim",
+        "32",
+        "--threads",
+        "1",
+        "-o",
+        emb,
+        "--metrics",
+        metrics,
+        "--comm-timeout",
+        "60",
+    ]
+}
