@@ -33,8 +33,22 @@ fn every_remote_path_setting_trains_and_counts_its_bytes() {
     let (g, l) = sbm(d.path(), 1200, 4);
     let (emb, m) = (p(d.path(), "emb.h5"), p(d.path(), "m.jsonl"));
     // (flags, wire bytes per value of fetched rows, one-sided reads)
-    let cases: [(&[&str], u64, bool); 6] = [
+    let cases: [(&[&str], u64, bool); 7] = [
         (&[], 2, false),
+        (
+            &[
+                "--model",
+                "line",
+                "--line-samples",
+                "100",
+                "--batch-size",
+                "1024",
+                "--lr",
+                "0.05",
+            ],
+            2,
+            false,
+        ),
         (&["--wire-dtype", "f32"], 4, false),
         (&["--wire-dtype", "bf16", "--cache-refresh", "2"], 2, false),
         // One-sided reads move rows in the storage dtype (f32).
