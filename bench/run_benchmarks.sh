@@ -5,7 +5,8 @@
 #   bench/run_benchmarks.sh ranks     DeepWalk on BlogCatalog at 1, 2 and 4 ranks (2 cores shared)
 #   bench/run_benchmarks.sh nodes     DeepWalk on BlogCatalog at 1 node, 2 and 4 simulated nodes
 #                                     (--ranks-per-node 1) over shared memory and 2 over forced TCP,
-#                                     each also with the earlier remote path (no cache, f32, rma)
+#                                     each also with the earlier remote path (no cache, f32, rma),
+#                                     and 2 and 4 nodes on BlogCatalog relabelled by `reorder`
 # Both by default. Needs a release build (make build) and, for gensim, a Python with
 # numpy scipy scikit-learn gensim numba h5py (PYTHON=..., default /tmp/anchors/bin/python).
 # GS_FLAGS adds graphscale flags (e.g. GS_FLAGS='--max-staleness 1'); WALKS, LENGTH set the corpus;
@@ -64,16 +65,24 @@ if [[ "$what" == nodes ]]; then
   if [[ "${BASELINE:-1}" == 1 ]]; then
     runs+=("shm2_before|2||$OLD|" "shm4_before|4||$OLD|" "tcp2_before|2|$TCP|$OLD|")
   fi
+  # REORDER=0 skips the runs on the graph relabelled by `graphscale reorder --parts N`.
+  if [[ "${REORDER:-1}" == 1 ]]; then
+    for p in 2 4; do
+      "$BIN" reorder --graph "$WORK/blog.h5" -o "$WORK/blog_r$p.h5" --parts "$p" --json > "$WORK/reorder_$p.json"
+    done
+    runs+=("shm2_reordered|2||--partition block|blog_r2" "shm4_reordered|4||--partition block|blog_r4")
+  fi
   names=()
   for r in "${runs[@]}"; do
-    IFS='|' read -r name n net flags _ <<< "$r"
+    IFS='|' read -r name n net flags graph <<< "$r"
+    graph="${graph:-blog}"
     if [[ $n == 1 ]]; then
       place="--map-by slot:PE=2" threads=2 nodes=""
     else
       place="" threads=1 nodes="--ranks-per-node 1"
     fi
     echo "== $name: $n rank(s) $nodes $flags ${net:+(forced TCP)}"
-    timeout 1200 mpirun --oversubscribe $place $net -n "$n" "$BIN" --graph "$WORK/blog.h5" --walks-per-node "$W" \
+    timeout 1200 mpirun --oversubscribe $place $net -n "$n" "$BIN" --graph "$WORK/$graph.h5" --walks-per-node "$W" \
       --walk-length "$L" --window 10 --dim 128 --negatives 5 --threads "$threads" $nodes $flags --comm-timeout 600 \
       ${GS_FLAGS:-} -o "$WORK/n_${name}.h5" --metrics "$WORK/n_${name}.jsonl" 2> "$WORK/n_${name}.log"
     "$BIN" eval nodeclf --embeddings "$WORK/n_${name}.h5" --labels "$DATA/blogcatalog/labels.tsv" --repeats 5 --seed 3 \
@@ -97,6 +106,7 @@ for name in names:
         "max_rank_phase_seconds": {k: round(max(m["seconds"][k] for m in ms), 2) for k in ms[0]["seconds"]},
         "max_rank_cpu_seconds_main": round(max(m.get("cpu_seconds_main", 0) for m in ms), 2),
         "cache_hits": sum(m.get("cache_hits", 0) for m in ms), "rows_read": sum(m["remote_rows"] for m in ms),
+        "walker_crossings_per_token": round(sum(m.get("walker_crossings", 0) for m in ms) / max(1, sum(m["tokens"] for m in ms)), 3),
         "micro_f1": {k: round(v["micro_f1"] * 100, 2) for k, v in f1.items()}}
 one = res["runs"].get("node1", {}).get("pairs_per_second")
 for name, r in res["runs"].items():
@@ -104,9 +114,13 @@ for name, r in res["runs"].items():
         r["of_one_node"] = round(r["pairs_per_second"] / one, 2)
     ph = r["max_rank_phase_seconds"]
     print(f"{name:12s} {r['pairs_per_second'] / 1e6:5.2f}M pairs/s ({r.get('of_one_node', 0):.2f}x of 1 node), "
-          f"{r['bytes_moved_per_pair']:6.1f} B moved/pair, train {r['train_seconds']:.1f} s, "
+          f"{r['bytes_moved_per_pair']:6.1f} B moved/pair, crossings/token {r['walker_crossings_per_token']:.3f}, train {r['train_seconds']:.1f} s, "
           f"Micro-F1 {r['micro_f1']}, phases sample {ph['sample']} fetch {ph['fetch']} compute {ph['compute']} "
           f"push {ph['push']} apply {ph['apply']} idle {ph.get('idle', 0)}")
+for p in (2, 4):
+    f = os.path.join(w, f"reorder_{p}.json")
+    if os.path.exists(f):
+        res[f"reorder_{p}"] = json.load(open(f))
 json.dump(res, open(out, "w"), indent=1)
 PYEOF
   exit 0
