@@ -67,6 +67,9 @@ pub struct RankMetrics {
     /// reads, re-reads after `--cache-refresh` steps, and the rows evicted to make room.
     #[serde(default)]
     pub cache_rows: u64,
+    /// The cache's clock (`--cache-refresh`, or its default for the job's nodes).
+    #[serde(default)]
+    pub cache_refresh: u64,
     #[serde(default)]
     pub cache_hits: u64,
     #[serde(default)]
@@ -202,8 +205,9 @@ pub fn summary_table(all: &[RankMetrics]) -> String {
         let evictions: u64 = all.iter().map(|m| m.cache_evictions).sum();
         let uses = (hits + misses + refreshes).max(1) as f64;
         s.push_str(&format!(
-            "remote-row cache {cached} rows per rank: {:.1}% of uses hit, {:.1}% first reads, \
-             {:.1}% re-reads; {evictions} evictions\n",
+            "remote-row cache {cached} rows per rank, clock {}: {:.1}% of uses hit, {:.1}% first \
+             reads, {:.1}% re-reads; {evictions} evictions\n",
+            all[0].cache_refresh,
             100.0 * hits as f64 / uses,
             100.0 * misses as f64 / uses,
             100.0 * refreshes as f64 / uses

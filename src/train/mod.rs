@@ -330,11 +330,19 @@ impl<'a> Trainer<'a> {
                     t.node_rows = ok[1] == 1;
                     t.shared = if t.node_rows { node } else { own };
                 }
+                // The job's nodes: the sum over ranks of 1 / (ranks on its node).
+                let nodes = comm
+                    .all_reduce_f64(&[1.0 / comm.node_size().max(1) as f64], ReduceOp::Sum)[0]
+                    .round() as u64;
                 if let Some(rows) = t.shared.as_ref().filter(|s| !s[VERTEX].all()) {
                     let capacity = cache_capacity(cfg, g, rows, t.shards.len());
                     if capacity > 0 {
-                        t.cache = Some(RowCache::new(capacity, cfg.dim, cfg.cache_refresh));
+                        let clock = cfg
+                            .cache_refresh
+                            .unwrap_or_else(|| crate::config::default_cache_refresh(nodes));
+                        t.cache = Some(RowCache::new(capacity, cfg.dim, clock));
                         t.m.cache_rows = capacity as u64;
+                        t.m.cache_refresh = clock;
                     }
                 }
             }
