@@ -852,14 +852,24 @@ impl TrainConfig {
     /// Bytes this rank will allocate for `rows` rows: two matrices (vertex and context; LINE
     /// first order uses one) in the storage dtype plus f32 optimizer state for each.
     pub fn memory_estimate(&self, rows: u64) -> u64 {
-        let matrices = if self.model == Model::Line && self.order == 1 {
+        let per_row = self.dim as u64 * self.dtype.size() as u64
+            + 4 * self.optimizer.state_per_row(self.dim) as u64;
+        self.matrices() as u64 * rows * per_row
+    }
+
+    /// Embedding matrices trained: vertex and context, or one for LINE first order.
+    pub fn matrices(&self) -> usize {
+        if self.model == Model::Line && self.order == 1 {
             1
         } else {
             2
-        };
-        let per_row = self.dim as u64 * self.dtype.size() as u64
-            + 4 * self.optimizer.state_per_row(self.dim) as u64;
-        matrices * rows * per_row
+        }
+    }
+
+    /// Rows of the remote-row cache for a rank that owns `rows` rows per matrix:
+    /// `--cache-rows`, or as many as it owns.
+    pub fn cache_rows_for(&self, rows: usize) -> usize {
+        self.cache_rows.unwrap_or(rows * self.matrices())
     }
 
     pub fn to_json(&self) -> String {

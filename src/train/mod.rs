@@ -143,14 +143,7 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     let rows = g.num_local() as u64;
     // The row cache of hogwild across nodes (its copies and their bases).
     let cached = if cfg.update == Update::Hogwild && comm.node_size() < comm.size() {
-        cfg.cache_rows.unwrap_or(
-            g.num_local()
-                * if cfg.model == Model::Line && cfg.order == 1 {
-                    1
-                } else {
-                    2
-                },
-        )
+        cfg.cache_rows_for(g.num_local())
     } else {
         0
     };
@@ -167,7 +160,7 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
             max_rows,
             cfg.dim,
             cfg.dtype.size(),
-            if cfg.model == Model::Line && cfg.order == 1 { 1 } else { 2 }
+            cfg.matrices()
         );
         if cfg.update == Update::Hogwild && cfg.max_staleness > 0 {
             log::warn!(
@@ -236,7 +229,7 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
 impl<'a> Trainer<'a> {
     pub fn new(comm: &'a Comm, cfg: &'a TrainConfig, g: &'a LocalGraph) -> Result<Self> {
         let rows = g.num_local();
-        let one_matrix = cfg.model == Model::Line && cfg.order == 1;
+        let one_matrix = cfg.matrices() == 1;
         let node_shared = cfg.node_memory == NodeMemory::Shared && node_memory_fits(comm, cfg, g);
         let shard = || Shard::new(comm, rows, cfg.dim, cfg.dtype, cfg.optimizer, node_shared);
         let mut shards = vec![shard()];
@@ -335,7 +328,7 @@ impl<'a> Trainer<'a> {
                     .all_reduce_f64(&[1.0 / comm.node_size().max(1) as f64], ReduceOp::Sum)[0]
                     .round() as u64;
                 if let Some(rows) = t.shared.as_ref().filter(|s| !s[VERTEX].all()) {
-                    let capacity = cache_capacity(cfg, g, rows, t.shards.len());
+                    let capacity = cache_capacity(cfg, g, rows);
                     if capacity > 0 {
                         let clock = cfg
                             .cache_refresh
@@ -599,47 +592,40 @@ impl<'a> Trainer<'a> {
                 let t = Timer::start();
                 segs.clear();
                 pairs.clear();
-                let (out, global, lr) = if carry {
-                    // Walkers and the step's counts travel in the rows' exchange: one
-                    // collective less per step. The rate is that of the progress before this
-                    // step (the step's tokens are summed by the exchange).
+                // With the row cache, walkers and the step's counts travel in the rows'
+                // exchange (one collective less per step), and the rate is that of the progress
+                // before this step; otherwise they have their own exchange and all-reduce.
+                let (out, global) = if carry {
                     let (out, send) =
                         engine.superstep_local(self.comm, self.g, &mut wrng, &mut segs);
-                    if !by_token {
-                        segs.pairs(&mut pairs);
-                    }
                     self.carry = Some((send, [engine.pending(), out.tokens]));
-                    self.m.seconds.sample += t.secs();
-                    let lr = self.lr_at(done / total);
-                    if by_token {
-                        self.train(Work::Segments(&segs), lr);
-                    } else {
-                        self.train_step(&pairs, lr);
-                    }
+                    (out, None)
+                } else {
+                    let out = engine.superstep(self.comm, self.g, &mut wrng, &mut segs);
+                    let g = self
+                        .comm
+                        .all_reduce_u64(&[engine.pending(), out.tokens], ReduceOp::Sum);
+                    done += g[1] as f64;
+                    (out, Some([g[0], g[1]]))
+                };
+                if !by_token {
+                    segs.pairs(&mut pairs);
+                }
+                self.m.seconds.sample += t.secs();
+                let lr = self.lr_at(done / total);
+                if by_token {
+                    self.train(Work::Segments(&segs), lr);
+                } else {
+                    self.train_step(&pairs, lr);
+                }
+                let global = global.unwrap_or_else(|| {
                     let (walkers, global) = self.carried.take().expect("the exchange ran");
                     let t = Timer::start();
                     engine.deliver(walkers.iter().map(Vec::as_slice));
                     self.m.seconds.sample += t.secs();
                     done += global[1] as f64;
-                    (out, global, lr)
-                } else {
-                    let out = engine.superstep(self.comm, self.g, &mut wrng, &mut segs);
-                    if !by_token {
-                        segs.pairs(&mut pairs);
-                    }
-                    let global = self
-                        .comm
-                        .all_reduce_u64(&[engine.pending(), out.tokens], ReduceOp::Sum);
-                    self.m.seconds.sample += t.secs();
-                    done += global[1] as f64;
-                    let lr = self.lr_at(done / total);
-                    if by_token {
-                        self.train(Work::Segments(&segs), lr);
-                    } else {
-                        self.train_step(&pairs, lr);
-                    }
-                    (out, [global[0], global[1]], lr)
-                };
+                    global
+                });
                 self.m.tokens += out.tokens;
                 progress.tick(done / total, &self.m, lr);
                 if global[0] == 0 {
@@ -1531,12 +1517,7 @@ impl<'a> Trainer<'a> {
 /// with a warning, instead of a bus error when a page of the segment cannot be backed.
 /// `GRAPHSCALE_SHM_BYTES` overrides the free space (test hook).
 fn node_memory_fits(comm: &Comm, cfg: &TrainConfig, g: &LocalGraph) -> bool {
-    let matrices = if cfg.model == Model::Line && cfg.order == 1 {
-        1
-    } else {
-        2
-    };
-    let rows = (g.num_local() * cfg.dim * cfg.dtype.size() * matrices) as u64;
+    let rows = (g.num_local() * cfg.dim * cfg.dtype.size() * cfg.matrices()) as u64;
     let walks = matches!(cfg.model, Model::Deepwalk | Model::Node2vec);
     let csr = if walks {
         (g.offsets.len() * 8 + g.targets.len() * 8 + g.cum_weights.as_ref().map_or(0, Vec::len) * 4)
@@ -1592,16 +1573,13 @@ const CACHE_DEPTH: usize = 2;
 
 /// Rows of the remote-row cache: `--cache-rows`, or by default as many rows as this rank owns
 /// (over its matrices), at most the rows of other nodes.
-fn cache_capacity(
-    cfg: &TrainConfig,
-    g: &LocalGraph,
-    rows: &[InPlaceRows],
-    matrices: usize,
-) -> usize {
+fn cache_capacity(cfg: &TrainConfig, g: &LocalGraph, rows: &[InPlaceRows]) -> usize {
     let in_place = rows[VERTEX].cells.len() / cfg.dim;
-    let remote = g.num_nodes().saturating_sub(in_place as u64) as usize * matrices;
-    cfg.cache_rows
-        .unwrap_or((g.num_local() * matrices).min(remote))
+    let remote = g.num_nodes().saturating_sub(in_place as u64) as usize * cfg.matrices();
+    match cfg.cache_rows {
+        Some(n) => n,
+        None => cfg.cache_rows_for(g.num_local()).min(remote),
+    }
 }
 
 /// What a hogwild step trains: pairs (LINE, or walks with `--kernel pair`), or walk segments
