@@ -48,16 +48,28 @@ pub struct Walker {
 }
 
 impl Walker {
+    /// The checkpoint record: every id in 8 bytes.
     fn encode(&self, out: &mut Vec<u8>) {
+        self.encode_ids(out, Ids::Wide);
+    }
+
+    /// The record in `ids`' width: `Ids::Narrow` (4-byte node ids, for graphs of fewer than
+    /// 2^32 nodes) on the wire, where a walker crosses with its waiting tokens.
+    fn encode_ids(&self, out: &mut Vec<u8>, ids: Ids) {
+        let node = |out: &mut Vec<u8>, v: u64| match ids {
+            Ids::Wide => out.extend_from_slice(&v.to_le_bytes()),
+            // NONE (no previous node) keeps its meaning as u32::MAX.
+            Ids::Narrow => out.extend_from_slice(&(v as u32).to_le_bytes()),
+        };
         out.extend_from_slice(&self.id.to_le_bytes());
-        out.extend_from_slice(&self.prev.to_le_bytes());
-        out.extend_from_slice(&self.cur.to_le_bytes());
+        node(out, self.prev);
+        node(out, self.cur);
         out.extend_from_slice(&self.step.to_le_bytes());
         out.push(u8::from(self.visited));
         out.push(self.hist.len() as u8);
         out.push(self.trained as u8);
         for &(n, w) in &self.hist {
-            out.extend_from_slice(&n.to_le_bytes());
+            node(out, n);
             out.push(w as u8);
         }
     }
@@ -86,23 +98,70 @@ impl Walker {
     }
 
     fn decode(b: &[u8]) -> (Walker, usize) {
+        Walker::decode_ids(b, Ids::Wide)
+    }
+
+    /// Decode a record of `encode_ids(.., ids)`; returns the walker and the bytes used.
+    fn decode_ids(b: &[u8], ids: Ids) -> (Walker, usize) {
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-        let step = u32::from_le_bytes(b[24..28].try_into().expect("4 bytes"));
-        let visited = b[28] != 0;
-        let n = b[29] as usize;
+        let iw = ids.width();
+        let node_at = |o: usize| match ids {
+            Ids::Wide => u64_at(o),
+            Ids::Narrow => match u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes")) {
+                u32::MAX => NONE,
+                v => u64::from(v),
+            },
+        };
+        let at = 8 + 2 * iw;
+        let step = u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        let visited = b[at + 4] != 0;
+        let n = b[at + 5] as usize;
+        let h = at + 7;
         let hist = (0..n)
-            .map(|k| (u64_at(31 + 9 * k), u32::from(b[39 + 9 * k])))
+            .map(|k| {
+                (
+                    node_at(h + (iw + 1) * k),
+                    u32::from(b[h + (iw + 1) * k + iw]),
+                )
+            })
             .collect();
         let w = Walker {
             id: u64_at(0),
-            prev: u64_at(8),
-            cur: u64_at(16),
+            prev: node_at(8),
+            cur: node_at(8 + iw),
             step,
             visited,
             hist,
-            trained: u32::from(b[30]),
+            trained: u32::from(b[at + 6]),
         };
-        (w, 31 + 9 * n)
+        (w, h + (iw + 1) * n)
+    }
+}
+
+/// The width of node ids in a walker record.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Ids {
+    /// 8 bytes (checkpoints, graphs of 2^32 nodes or more).
+    Wide,
+    /// 4 bytes, u32::MAX for "none".
+    Narrow,
+}
+
+impl Ids {
+    fn width(self) -> usize {
+        match self {
+            Ids::Wide => 8,
+            Ids::Narrow => 4,
+        }
+    }
+
+    /// Narrow ids when every node id and "none" fit in a u32.
+    fn for_nodes(num_nodes: u64) -> Ids {
+        if num_nodes < u64::from(u32::MAX) {
+            Ids::Narrow
+        } else {
+            Ids::Wide
+        }
     }
 }
 
@@ -224,6 +283,8 @@ pub struct WalkEngine {
     keep: Vec<f32>,
     keep_rule: Keep,
     rank: usize,
+    /// Width of node ids in walker records on the wire.
+    ids: Ids,
     /// With `node_walks`: the adjacency of this node's ranks.
     node: Option<NodeGraph>,
     /// Test hook: every visit as (walker id, step, node).
@@ -268,6 +329,7 @@ impl WalkEngine {
             next_start: 0,
             keep,
             rank: g.rank,
+            ids: Ids::for_nodes(g.num_nodes()),
             trace: None,
         }
     }
@@ -346,7 +408,7 @@ impl WalkEngine {
         for b in bufs {
             let mut o = 0;
             while o < b.len() {
-                let (w, used) = Walker::decode(&b[o..]);
+                let (w, used) = Walker::decode_ids(&b[o..], self.ids);
                 o += used;
                 self.walkers.push(w);
             }
@@ -467,7 +529,7 @@ impl WalkEngine {
                     i += 1;
                 } else {
                     let l = lanes.swap_remove(i);
-                    let o = advance(g, l.w, x, &mut send);
+                    let o = advance(g, l.w, x, &mut send, self.ids);
                     self.in_transit += 1;
                     self.crossed += u64::from(o != self.rank);
                 }
@@ -481,7 +543,7 @@ impl WalkEngine {
                 // answer says which of the two a(t, x) is.
                 let a = if yes { 1.0 } else { 1.0 / q };
                 if u < a {
-                    let o = advance(g, w, x, &mut send);
+                    let o = advance(g, w, x, &mut send, self.ids);
                     self.in_transit += 1;
                     self.crossed += u64::from(o != self.rank);
                 } else {
@@ -627,10 +689,10 @@ fn propose(
 }
 
 /// Ship `w`, stepped to `x`, to the owner of `x`; returns that owner.
-fn advance(g: &LocalGraph, mut w: Walker, x: u64, send: &mut [Vec<u8>]) -> usize {
+fn advance(g: &LocalGraph, mut w: Walker, x: u64, send: &mut [Vec<u8>], ids: Ids) -> usize {
     w.step_to(x);
     let o = g.part.owner(x);
-    w.encode(&mut send[o]);
+    w.encode_ids(&mut send[o], ids);
     o
 }
 
@@ -1072,5 +1134,18 @@ mod tests {
         let (a, used) = Walker::decode(&b);
         assert_eq!(a, w);
         assert_eq!(Walker::decode(&b[used..]).0, w);
+        // On the wire, narrow ids: half the bytes per id, and "no previous node" survives.
+        let mut narrow = Vec::new();
+        w.encode_ids(&mut narrow, Ids::Narrow);
+        w.encode_ids(&mut narrow, Ids::Narrow);
+        assert_eq!(narrow.len(), 2 * (23 + 5 * 3));
+        let (a, used) = Walker::decode_ids(&narrow, Ids::Narrow);
+        assert_eq!((a, used), (w.clone(), narrow.len() / 2));
+        let moved = Walker { prev: 41, ..w };
+        let mut b = Vec::new();
+        moved.encode_ids(&mut b, Ids::Narrow);
+        assert_eq!(Walker::decode_ids(&b, Ids::Narrow).0, moved);
+        assert_eq!(Ids::for_nodes(1 << 31), Ids::Narrow);
+        assert_eq!(Ids::for_nodes(1 << 32), Ids::Wide);
     }
 }
