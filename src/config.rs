@@ -66,7 +66,8 @@ pub struct RawTrain {
     /// HDF5 edge file (see docs/formats.md)
     #[arg(long)]
     pub graph: Option<PathBuf>,
-    /// Output embeddings (HDF5, dataset `embeddings`)
+    /// Output embeddings (HDF5, dataset `embeddings`); default: `<graph stem>.emb.h5` next to
+    /// the graph, printed at start
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
     #[arg(long, value_enum)]
@@ -156,6 +157,18 @@ pub struct RawTrain {
     /// carries the deltas; default) or rma (one-sided MPI_Get: native RDMA reads on InfiniBand)
     #[arg(long, value_enum)]
     pub fetch: Option<Fetch>,
+    /// Where the embedding matrices live: sharded (default; every rank owns a partition of the
+    /// rows, remote rows are fetched and their deltas pushed) or replicated (the data-parallel
+    /// baseline, DDP: every rank holds every row and the replicas are made equal after each
+    /// step; for scaling studies)
+    #[arg(long, value_enum)]
+    pub strategy: Option<Strategy>,
+    /// `--strategy replicated`: how the replicas are made equal after a step: sparse (default;
+    /// every rank all-gathers the rows touched and their deltas, as DDP with sparse embedding
+    /// gradients) or dense (an all-reduce of the whole matrices' gradients, as DDP with a dense
+    /// embedding table)
+    #[arg(long, value_enum)]
+    pub sync: Option<Sync>,
     /// Precision of rows and deltas on the wire (hogwild across nodes): f16 (default: the same
     /// Micro-F1 as f32 on BlogCatalog, half the bytes), bf16 or f32; owners accumulate in f32
     #[arg(long, value_enum)]
@@ -248,6 +261,8 @@ struct FileCompute {
     cache_refresh: Option<u64>,
     fetch: Option<Fetch>,
     wire_dtype: Option<Dtype>,
+    strategy: Option<Strategy>,
+    sync: Option<Sync>,
     shared_negatives: Option<usize>,
     kernel: Option<Kernel>,
     update: Option<Update>,
@@ -330,6 +345,8 @@ impl RawTrain {
             cache_refresh: f.compute.cache_refresh,
             fetch: f.compute.fetch,
             wire_dtype: f.compute.wire_dtype,
+            strategy: f.compute.strategy,
+            sync: f.compute.sync,
             seed: f.training.seed,
             partition: f.storage.scheme,
             max_memory: f.storage.max_memory,
@@ -379,6 +396,8 @@ impl RawTrain {
             cache_refresh,
             fetch,
             wire_dtype,
+            strategy,
+            sync,
             seed,
             partition,
             max_memory,
@@ -397,7 +416,11 @@ impl RawTrain {
 #[derive(Clone, Debug, Serialize)]
 pub struct TrainConfig {
     pub graph: PathBuf,
+    /// Always set once validated: `-o`, or [`default_output`] of the graph.
     pub output: Option<PathBuf>,
+    /// No `-o` was given: `output` is the default path.
+    #[serde(skip)]
+    pub output_is_default: bool,
     pub metrics: Option<PathBuf>,
     pub model: Model,
     pub dim: usize,
@@ -431,6 +454,8 @@ pub struct TrainConfig {
     pub cache_refresh: Option<u64>,
     pub fetch: Fetch,
     pub wire_dtype: Dtype,
+    pub strategy: Strategy,
+    pub sync: Sync,
     pub seed: u64,
     pub partition: Scheme,
     pub max_memory: Option<u64>,
@@ -465,6 +490,26 @@ pub enum Kernel {
     Token,
     /// Pair by pair with k negatives each, in word2vec's order.
     Pair,
+}
+
+/// Where the embedding matrices live (`--strategy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// Every rank owns a partition of the rows (graphscale's design).
+    Sharded,
+    /// Every rank holds every row (replicated data parallelism, the DDP baseline).
+    Replicated,
+}
+
+/// How `--strategy replicated` makes the replicas equal after a step (`--sync`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Sync {
+    /// All-gather of the touched rows' keys and deltas (DDP with sparse embedding gradients).
+    Sparse,
+    /// All-reduce of dense gradient matrices (DDP with a dense embedding table).
+    Dense,
 }
 
 /// How remote rows are read (`--fetch`).
@@ -601,6 +646,15 @@ pub fn ranks_on_this_node() -> usize {
     .max(1)
 }
 
+/// Where a run without `-o` writes its embeddings: `<graph stem>.emb.h5` next to the graph
+/// (a finished run is never discarded).
+pub fn default_output(graph: &std::path::Path) -> PathBuf {
+    let stem = graph
+        .file_stem()
+        .map_or_else(|| "graphscale".into(), |s| s.to_string_lossy().into_owned());
+    graph.with_file_name(format!("{stem}.emb.h5"))
+}
+
 /// Parse sizes like `512M`, `8G`, `1.5T` or plain bytes.
 pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
     let t = s.trim();
@@ -637,9 +691,11 @@ impl TrainConfig {
         };
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let has_dir = r.checkpoint_dir.is_some();
+        let output_is_default = r.output.is_none();
         let mut c = TrainConfig {
+            output: Some(r.output.unwrap_or_else(|| default_output(&graph))),
+            output_is_default,
             graph,
-            output: r.output,
             metrics: r.metrics,
             model,
             dim: r.dim.unwrap_or(128),
@@ -672,6 +728,8 @@ impl TrainConfig {
             cache_refresh: r.cache_refresh,
             fetch: r.fetch.unwrap_or(Fetch::Alltoall),
             wire_dtype: r.wire_dtype.unwrap_or(Dtype::F16),
+            strategy: r.strategy.unwrap_or(Strategy::Sharded),
+            sync: r.sync.unwrap_or(Sync::Sparse),
             seed: r.seed.unwrap_or(0),
             partition: match r.partition {
                 None => Scheme::Striped,
@@ -703,6 +761,42 @@ impl TrainConfig {
                 .map_err(Error::config)?,
         };
         c.check()?;
+        if c.strategy == Strategy::Replicated {
+            let mut errs = Vec::new();
+            let b = c.hogwild_blockers();
+            if !b.is_empty() || c.update == Update::Batched {
+                errs.push(format!(
+                    "--strategy replicated trains with the default kernel (in-place sgd on f32 rows) and needs {}",
+                    if b.is_empty() { "--update hogwild or auto".into() } else { b.join(", ") }
+                ));
+            }
+            let sharded_only = [
+                (r.cache_rows.is_some(), "--cache-rows"),
+                (r.cache_refresh.is_some(), "--cache-refresh"),
+                (r.fetch.is_some(), "--fetch"),
+                (r_wire.is_some(), "--wire-dtype"),
+                (r.max_staleness.is_some_and(|s| s > 0), "--max-staleness"),
+            ];
+            for (given, flag) in sharded_only {
+                if given {
+                    errs.push(format!(
+                        "{flag} applies to --strategy sharded, not replicated"
+                    ));
+                }
+            }
+            if c.checkpoint_dir.is_some() || c.resume.is_some() {
+                errs.push("--strategy replicated (the data-parallel baseline) does not checkpoint: drop --checkpoint-dir and --resume".into());
+            }
+            if !errs.is_empty() {
+                return Err(Error::config(errs.join("; ")));
+            }
+            c.update = Update::Hogwild;
+            c.wire_dtype = Dtype::F32;
+        } else if r.sync.is_some() {
+            return Err(Error::config(
+                "--sync applies to --strategy replicated (the data-parallel baseline)".to_string(),
+            ));
+        }
         if c.update == Update::Auto {
             c.update = if c.hogwild_blockers().is_empty() {
                 Update::Hogwild
@@ -855,6 +949,16 @@ impl TrainConfig {
         let per_row = self.dim as u64 * self.dtype.size() as u64
             + 4 * self.optimizer.state_per_row(self.dim) as u64;
         self.matrices() as u64 * rows * per_row
+    }
+
+    /// Bytes of `--strategy replicated`'s replicas (f32, every row of every matrix) and, with
+    /// `--sync dense`, of its gradient matrices; 0 for the sharded strategy.
+    pub fn replica_bytes(&self, num_nodes: u64) -> u64 {
+        if self.strategy == Strategy::Sharded {
+            return 0;
+        }
+        let copies = if self.sync == Sync::Dense { 2 } else { 1 };
+        copies * self.matrices() as u64 * num_nodes * self.dim as u64 * 4
     }
 
     /// Embedding matrices trained: vertex and context, or one for LINE first order.

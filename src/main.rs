@@ -77,7 +77,11 @@ fn main() {
         None => {
             if cli.train.raw.graph.is_none() && cli.train.config.is_none() {
                 if launcher_rank().unwrap_or(0) == 0 {
-                    eprintln!("graphscale: nothing to do; try `graphscale --graph edges.h5` or `graphscale --help`");
+                    use clap::CommandFactory;
+                    eprintln!(
+                        "graphscale: error: nothing to do: give --graph (an HDF5 edge file; see `graphscale convert`) or a subcommand\n\n{}\n\nFor more information, try '--help'.",
+                        Cli::command().render_usage()
+                    );
                 }
                 2
             } else {
@@ -425,8 +429,33 @@ fn train_cmd(comm: &Comm, t: &TrainCmd) -> Result<()> {
         None => Ok(t.raw.clone()),
     };
     let cfg = agree(comm, raw.and_then(TrainConfig::from_raw))?;
+    // The output's directory must take a file before hours of training go into it.
+    let writable = if comm.rank() == 0 {
+        cfg.output.as_deref().map_or(Ok(()), |o| {
+            output_writable(o).map_err(|e| {
+                Error::config(format!(
+                    "cannot write the embeddings to {}{}: {e}; pass -o with a writable path",
+                    o.display(),
+                    if cfg.output_is_default {
+                        " (the default next to the graph, as no -o was given)"
+                    } else {
+                        ""
+                    }
+                ))
+            })
+        })
+    } else {
+        Ok(())
+    };
+    agree(comm, writable)?;
     if comm.rank() == 0 {
         eprintln!("graphscale: effective config {}", cfg.to_json());
+        if let (Some(o), true) = (&cfg.output, cfg.output_is_default) {
+            eprintln!(
+                "graphscale: no -o given: the embeddings will be written to {}",
+                o.display()
+            );
+        }
     }
     let out = train::run(comm, &cfg)?;
     if comm.rank() == 0 {
@@ -436,6 +465,17 @@ fn train_cmd(comm: &Comm, t: &TrainCmd) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether a file can be created beside `path` (a probe file, removed at once).
+fn output_writable(path: &std::path::Path) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let probe = dir.join(format!(".graphscale-probe-{}", std::process::id()));
+    std::fs::File::create(&probe)?;
+    std::fs::remove_file(&probe)
 }
 
 /// Transport checks run by the tests under real mpirun.

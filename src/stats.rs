@@ -26,6 +26,17 @@ pub struct Phases {
 #[derive(Default, Clone, Debug, Serialize, Deserialize)]
 pub struct RankMetrics {
     pub rank: usize,
+    /// The run's labels for reports: `sharded`, `replicated-sparse` or `replicated-dense`; its
+    /// ranks; its nodes (the sum over ranks of 1 / ranks on the rank's node, simulated nodes
+    /// included); its model.
+    #[serde(default)]
+    pub strategy: String,
+    #[serde(default)]
+    pub ranks: usize,
+    #[serde(default)]
+    pub nodes: u64,
+    #[serde(default)]
+    pub model: String,
     pub seconds: Phases,
     pub steps: u64,
     pub pairs: u64,

@@ -242,8 +242,47 @@ fn flags_are_checked() {
         "{}",
         o.stderr
     );
+    // A batch script that forgot its flags fails, with the usage.
     let o = run(30, &[]);
     assert_eq!(o.code, 2, "{}", o.all());
+    assert!(
+        o.stderr.contains("Usage: graphscale") && o.stderr.contains("--graph"),
+        "{}",
+        o.stderr
+    );
+}
+
+/// Without -o the embeddings go next to the graph (said at start); an output nobody can write
+/// is refused before the graph is loaded, on every rank.
+#[test]
+fn a_finished_run_is_never_discarded() {
+    let d = tmp();
+    let (g, l) = sbm(d.path(), 300, 3);
+    let m = p(d.path(), "m.jsonl");
+    let mut a = walk_args(s(&g), "", s(&m));
+    let o_at = a.iter().position(|x| *x == "-o").unwrap();
+    a.drain(o_at..o_at + 2);
+    let o = mpirun(2, 120, &a);
+    assert_eq!(o.code, 0, "{}", o.all());
+    let default = p(d.path(), "sbm.emb.h5");
+    assert!(
+        o.stderr
+            .contains(&format!("written to {}", default.display())),
+        "{}",
+        o.stderr
+    );
+    assert!(micro_f1(&default, &l) > 0.5);
+    let missing = p(d.path(), "no/such/dir/emb.h5");
+    let mut a = walk_args(s(&g), s(&missing), s(&m));
+    a.push("--max-memory=1K"); // would fail after the load: the output check comes first
+    let o = mpirun(2, 120, &a);
+    assert_eq!(o.code, 1, "{}", o.all());
+    assert!(
+        o.stderr.contains("cannot write the embeddings to") && o.stderr.contains("no/such/dir"),
+        "{}",
+        o.stderr
+    );
+    assert!(!o.stderr.contains("--max-memory"), "{}", o.stderr);
 }
 
 #[test]

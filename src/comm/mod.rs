@@ -160,6 +160,37 @@ impl Comm {
         }
     }
 
+    /// Element-wise sum of `v` over the ranks, in place, the same on every rank (the dense
+    /// sync of `--strategy replicated`). Counted as a ring all-reduce moves data: each rank
+    /// sends and receives 2 (p - 1) / p of the vector's bytes.
+    pub fn all_reduce_sum_f32(&self, v: &mut [f32]) {
+        let p = self.size() as u64;
+        if p == 1 {
+            return;
+        }
+        {
+            let _g = self.watchdog().enter("all_reduce");
+            match self {
+                Comm::Mpi(c) => c.all_reduce_sum_f32(v),
+                Comm::Local(c) => {
+                    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                    let parts = c.all_to_all_v(vec![bytes; self.size()]);
+                    // In rank order on every rank: the same sums everywhere.
+                    v.iter_mut().for_each(|x| *x = 0.0);
+                    for part in &parts {
+                        for (x, b) in v.iter_mut().zip(part.chunks_exact(4)) {
+                            *x += f32::from_le_bytes(b.try_into().expect("4 bytes"));
+                        }
+                    }
+                }
+            }
+        }
+        let ring = 2 * (p - 1) * (v.len() as u64 * 4) / p;
+        let t = self.traffic();
+        t.sent.fetch_add(ring, Ordering::Relaxed);
+        t.received.fetch_add(ring, Ordering::Relaxed);
+    }
+
     pub fn sum_u64(&self, x: u64) -> u64 {
         self.all_reduce_u64(&[x], ReduceOp::Sum)[0]
     }

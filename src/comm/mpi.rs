@@ -178,6 +178,18 @@ impl MpiComm {
         out
     }
 
+    /// In-place element-wise sum over the ranks, in pieces whose counts fit a C int.
+    pub fn all_reduce_sum_f32(&self, v: &mut [f32]) {
+        const PIECE: usize = 1 << 26;
+        let mut send = Vec::with_capacity(v.len().min(PIECE));
+        for chunk in v.chunks_mut(PIECE) {
+            send.clear();
+            send.extend_from_slice(chunk);
+            self.world
+                .all_reduce_into(&send[..], chunk, SystemOperation::sum());
+        }
+    }
+
     /// Collective: a window of `local_bytes` on this rank. With `node_shared` and more than one
     /// rank on some node, the node's ranks share their memory (see the module doc). The choice
     /// is the same on every rank: the world window below is created by all of them or none.

@@ -9,6 +9,7 @@
 
 pub mod cache;
 pub mod output;
+mod replicated;
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -19,7 +20,7 @@ use rustc_hash::FxHashMap;
 use crate::checkpoint::{self, Cursor, Restored, Snapshot, Writing};
 use crate::comm::{Comm, ReduceOp};
 use crate::config::{
-    Every, FaultKind, Fetch, Kernel, Model, NodeMemory, OnNan, TrainConfig, Update,
+    Every, FaultKind, Fetch, Kernel, Model, NodeMemory, OnNan, Strategy, TrainConfig, Update,
 };
 use crate::error::{Error, Result};
 use crate::graph::{csr, LocalGraph, NodeId};
@@ -32,6 +33,7 @@ use crate::spmd::{agree, fatal};
 use crate::stats::{human_bytes, peak_rss_bytes, RankMetrics, Timer};
 use crate::store::{decode_row, encode_row, InPlaceRows, OptParams, Shard};
 use cache::{Admission, RowCache};
+use replicated::Replica;
 
 /// Matrix ids: 0 holds vertex (input) rows, 1 context (output) rows.
 const VERTEX: usize = 0;
@@ -89,6 +91,8 @@ pub struct Trainer<'a> {
     /// rank for (per source rank, row heads), answered in the next exchange.
     deferred: Option<Deferred>,
     to_answer: Vec<Vec<u32>>,
+    /// `--strategy replicated`: every row of every matrix, the same on every rank.
+    replica: Option<Replica>,
     /// The pool's activity: batches spawned and not finished, and when the last one ended
     /// (nanoseconds since `t0`), for the `idle` phase.
     inflight: std::sync::Arc<std::sync::atomic::AtomicUsize>,
@@ -142,12 +146,16 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     let load_secs = t.secs();
     let rows = g.num_local() as u64;
     // The row cache of hogwild across nodes (its copies and their bases).
-    let cached = if cfg.update == Update::Hogwild && comm.node_size() < comm.size() {
+    let cached = if cfg.update == Update::Hogwild
+        && cfg.strategy == Strategy::Sharded
+        && comm.node_size() < comm.size()
+    {
         cfg.cache_rows_for(g.num_local())
     } else {
         0
     };
-    let estimate = cfg.memory_estimate(rows) + RowCache::bytes(cached, cfg.dim);
+    let replica = cfg.replica_bytes(g.num_nodes());
+    let estimate = cfg.memory_estimate(rows) + RowCache::bytes(cached, cfg.dim) + replica;
     let max_est = comm.max_u64(estimate);
     let max_rows = comm.max_u64(rows);
     if comm.rank() == 0 {
@@ -162,6 +170,19 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
             cfg.dtype.size(),
             cfg.matrices()
         );
+        if replica > 0 {
+            eprintln!(
+                "graphscale: --strategy replicated --sync {}: every rank holds all {} rows ({} per rank{})",
+                format!("{:?}", cfg.sync).to_lowercase(),
+                g.num_nodes(),
+                human_bytes(replica),
+                if cfg.sync == crate::config::Sync::Dense {
+                    ", half of it the dense gradient matrices"
+                } else {
+                    ""
+                }
+            );
+        }
         if cfg.update == Update::Hogwild && cfg.max_staleness > 0 {
             log::warn!(
                 "--max-staleness applies to --update batched; hogwild always overlaps sampling with the in-place updates"
@@ -180,6 +201,12 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
                     human_bytes(limit)
                 )))
             }
+            Some(limit) if estimate > limit && replica > 0 => Err(Error::config(format!(
+                "the storage estimate {} (of which --strategy replicated's copy of every row: {}) exceeds --max-memory {}; the replicated strategy needs every row on every rank: use --strategy sharded, --sync sparse, or a smaller --dim",
+                human_bytes(estimate),
+                human_bytes(replica),
+                human_bytes(limit)
+            ))),
             Some(limit) if estimate > limit => Err(Error::config(format!(
                 "the storage estimate {} exceeds --max-memory {}; use more ranks, --dtype f16, or a smaller --dim",
                 human_bytes(estimate),
@@ -192,6 +219,14 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     tr.prepare_checkpoints()?;
     tr.m.seconds.load = load_secs;
     tr.m.memory_estimate_bytes = estimate;
+    tr.m.strategy = match cfg.strategy {
+        Strategy::Sharded => "sharded".into(),
+        Strategy::Replicated => format!("replicated-{:?}", cfg.sync).to_lowercase(),
+    };
+    tr.m.ranks = comm.size();
+    tr.m.nodes = comm.all_reduce_f64(&[1.0 / comm.node_size().max(1) as f64], ReduceOp::Sum)[0]
+        .round() as u64;
+    tr.m.model = format!("{:?}", cfg.model).to_lowercase();
     let t = Timer::start();
     match cfg.model {
         Model::Deepwalk | Model::Node2vec => tr.train_walks(),
@@ -295,12 +330,14 @@ impl<'a> Trainer<'a> {
             carried: None,
             deferred: None,
             to_answer: vec![Vec::new(); comm.size()],
+            replica: (cfg.strategy == Strategy::Replicated)
+                .then(|| Replica::new(cfg, g.num_nodes())),
             inflight: Default::default(),
             last_end: Default::default(),
             t0: Instant::now(),
         })
         .map(|mut t| {
-            if cfg.update == Update::Hogwild {
+            if cfg.update == Update::Hogwild && cfg.strategy == Strategy::Sharded {
                 // Every rank takes the node-shared rows, or every rank its own: whether a batch
                 // needs the fetch and push exchanges must be the same on all of them.
                 let (me, n) = (comm.rank(), comm.size());
@@ -581,7 +618,8 @@ impl<'a> Trainer<'a> {
         }
         let mut segs = Segments::default();
         let mut pairs = Vec::new();
-        let by_token = self.shared.is_some() && cfg.kernel == Kernel::Token;
+        let by_token =
+            (self.shared.is_some() || self.replica.is_some()) && cfg.kernel == Kernel::Token;
         let carry = self.cache.is_some();
         let mut progress = Progress::new(self.comm.rank() == 0);
         for epoch in first_epoch..cfg.epochs {
@@ -714,6 +752,10 @@ impl<'a> Trainer<'a> {
         self.step += 1;
         crate::spmd::STEP.store(self.step, std::sync::atomic::Ordering::Relaxed);
         self.maybe_fail();
+        if self.replica.is_some() {
+            self.replicated_step(work, lr);
+            return;
+        }
         if self.shared.is_some() {
             self.hogwild_step(work, lr);
             return;
@@ -1306,6 +1348,10 @@ impl<'a> Trainer<'a> {
     /// Apply the batch still in flight, if any (end of training).
     /// Collective when rows are node-shared: returns when no rank of the node updates rows.
     pub fn drain(&mut self, lr: f32) {
+        if self.replica.is_some() {
+            self.replica_drain();
+            return;
+        }
         self.settle(lr);
         if let Some(cache) = &mut self.cache {
             // Owners get every cached delta (the output and checkpoints hold them).
