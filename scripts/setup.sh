@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs the system packages graphscale needs on Debian 12 (idempotent).
 # Open MPI, serial HDF5, libclang (for rsmpi's bindgen), pkg-config, and a Python
-# with numpy/scikit-learn for the optional cross-checks in bench/.
+# with numpy/scikit-learn for the optional cross-checks in bench/, and DejaVu Sans for the PNG
+# plots of `graphscale report`.
 set -euo pipefail
 
-pkgs=(openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools libclang-dev clang pkg-config make time)
+pkgs=(openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools libclang-dev clang pkg-config make time fonts-dejavu-core)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -76,6 +76,9 @@ pub enum Command {
     Split(SplitCmd),
     /// Relabel a graph so that `--partition block` keeps neighbourhoods on one rank (serial)
     Reorder(ReorderCmd),
+    /// Tables (CSV) and plots (SVG, PNG) of runs' --metrics files: speed-up, efficiency,
+    /// phases, bytes per pair, memory, load balance, throughput over time
+    Report(ReportCmd),
     /// Evaluate embeddings
     #[command(subcommand)]
     Eval(EvalCmd),
@@ -96,6 +99,16 @@ pub struct SelftestCmd {
     pub rows: usize,
     #[arg(long, default_value_t = 20)]
     pub rounds: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportCmd {
+    /// Metrics files (`--metrics` of `graphscale train`), one run each
+    #[arg(required = true)]
+    pub metrics: Vec<PathBuf>,
+    /// Directory for runs.csv, ranks.csv, timeline.csv and the plots
+    #[arg(short = 'o', long)]
+    pub output: PathBuf,
 }
 
 #[derive(Debug, Args)]

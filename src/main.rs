@@ -6,8 +6,8 @@ use std::time::Duration;
 use clap::Parser;
 
 use graphscale::cli::{
-    Cli, Command, ConvertCmd, EvalCmd, ExportCmd, GenerateCmd, InfoCmd, SelftestCmd, SplitCmd,
-    TrainCmd,
+    Cli, Command, ConvertCmd, EvalCmd, ExportCmd, GenerateCmd, InfoCmd, ReportCmd, SelftestCmd,
+    SplitCmd, TrainCmd,
 };
 use graphscale::comm::{local, mpi::MpiComm, Comm};
 use graphscale::config::{RawTrain, TrainConfig};
@@ -71,6 +71,7 @@ fn main() {
         Some(Command::Eval(e)) => serial(|| eval_cmd(&e)),
         Some(Command::Split(ref x)) => serial(|| split_cmd(x)),
         Some(Command::Reorder(ref x)) => serial(|| reorder_cmd(x)),
+        Some(Command::Report(ref x)) => serial(|| report_cmd(x)),
         Some(Command::Info(ref i)) => spmd(&cli.global, |c| info(c, i)),
         Some(Command::Selftest(ref s)) => spmd(&cli.global, |c| selftest(c, s)),
         Some(Command::Train(ref t)) => spmd(&cli.global, |c| train_cmd(c, t)),
@@ -464,6 +465,19 @@ fn train_cmd(comm: &Comm, t: &TrainCmd) -> Result<()> {
             eprintln!("graphscale: wrote {}", o.display());
         }
     }
+    Ok(())
+}
+
+fn report_cmd(x: &ReportCmd) -> Result<()> {
+    let runs = graphscale::report::load(&x.metrics)?;
+    let written = graphscale::report::write(&runs, &x.output)?;
+    for s in graphscale::report::summarize(&runs) {
+        println!(
+            "{:<32} {:>12.0} pairs/s  speed-up {:>5.2}  efficiency {:>5.2}  {:>7.1} B/pair",
+            s.label, s.pairs_per_second, s.speedup, s.efficiency, s.bytes_per_pair
+        );
+    }
+    println!("wrote {} files to {}", written.len(), x.output.display());
     Ok(())
 }
 

@@ -95,6 +95,43 @@ pub struct RankMetrics {
     pub remote_refs: u64,
     #[serde(default)]
     pub walker_crossings: u64,
+    /// Periodic samples during training, every `TIMELINE_SECONDS` at first (the interval
+    /// doubles whenever `TIMELINE_MAX` samples are held, keeping every other): [seconds since
+    /// the trainer started, pairs trained so far, bytes moved so far (collectives sent plus
+    /// one-sided reads)].
+    #[serde(default)]
+    pub timeline: Vec<[f64; 3]>,
+}
+
+/// The first interval of [`RankMetrics::timeline`].
+pub const TIMELINE_SECONDS: f64 = 2.0;
+/// Samples a timeline holds at most.
+pub const TIMELINE_MAX: usize = 512;
+
+impl RankMetrics {
+    /// Add a timeline sample at `t` seconds if the interval since the last one has passed.
+    pub fn sample(&mut self, t: f64, bytes: u64) {
+        let every = self.timeline_every();
+        if self.timeline.last().is_some_and(|l| t - l[0] < every) {
+            return;
+        }
+        self.timeline.push([t, self.pairs as f64, bytes as f64]);
+        if self.timeline.len() >= TIMELINE_MAX {
+            let kept: Vec<[f64; 3]> = self.timeline.iter().step_by(2).copied().collect();
+            self.timeline = kept;
+        }
+    }
+
+    /// The current interval: doubled each time the timeline was thinned.
+    fn timeline_every(&self) -> f64 {
+        let span = self.timeline.last().map_or(0.0, |l| l[0])
+            - self.timeline.first().map_or(0.0, |f| f[0]);
+        let mut every = TIMELINE_SECONDS;
+        while span / every > (TIMELINE_MAX / 2) as f64 {
+            every *= 2.0;
+        }
+        every
+    }
 }
 
 impl RankMetrics {

@@ -233,6 +233,16 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         Model::Line => tr.train_line(),
     }
     tr.m.train_seconds = t.secs();
+    let sent = comm
+        .traffic()
+        .sent
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let end = [
+        tr.t0.elapsed().as_secs_f64(),
+        tr.m.pairs as f64,
+        (sent + tr.m.one_sided_bytes) as f64,
+    ];
+    tr.m.timeline.push(end);
     (tr.m.cpu_seconds_main, tr.m.cpu_seconds_process) = crate::stats::cpu_seconds();
     if let Some(out) = &cfg.output {
         let t = Timer::start();
@@ -751,6 +761,14 @@ impl<'a> Trainer<'a> {
         }
         self.step += 1;
         crate::spmd::STEP.store(self.step, std::sync::atomic::Ordering::Relaxed);
+        let sent = comm
+            .traffic()
+            .sent
+            .load(std::sync::atomic::Ordering::Relaxed);
+        self.m.sample(
+            self.t0.elapsed().as_secs_f64(),
+            sent + self.m.one_sided_bytes,
+        );
         self.maybe_fail();
         if self.replica.is_some() {
             self.replicated_step(work, lr);

@@ -171,25 +171,39 @@ impl Trainer<'_> {
         let num_nodes = replica.rows[VERTEX].len() / dim;
         match self.cfg.sync {
             Sync::Sparse => {
-                // [rows: u64][keys: u64 x rows][deltas: f32 x rows x dim]
+                // [rows: u64][keys: u64 x rows][deltas: f32 x rows x dim]; a rank alone has no
+                // one to tell.
                 let t = Timer::start();
-                let mut msg = Vec::with_capacity(8 + keys.len() * (8 + 4 * dim));
-                msg.extend_from_slice(&(keys.len() as u64).to_le_bytes());
-                for key in &keys {
-                    msg.extend_from_slice(&key.to_le_bytes());
-                }
-                for x in &deltas {
-                    msg.extend_from_slice(&x.to_le_bytes());
-                }
-                self.m.push_bytes_sent += (msg.len() * (p - 1)) as u64;
-                let all = comm.all_gather_bytes(&msg);
+                let all = if p > 1 {
+                    let mut msg = Vec::with_capacity(8 + keys.len() * (8 + 4 * dim));
+                    msg.extend_from_slice(&(keys.len() as u64).to_le_bytes());
+                    for key in &keys {
+                        msg.extend_from_slice(&key.to_le_bytes());
+                    }
+                    for x in &deltas {
+                        msg.extend_from_slice(&x.to_le_bytes());
+                    }
+                    self.m.push_bytes_sent += (msg.len() * (p - 1)) as u64;
+                    comm.all_gather_bytes(&msg)
+                } else {
+                    vec![Vec::new()]
+                };
                 self.m.seconds.push += t.secs();
                 let t = Timer::start();
-                let mut d = vec![0f32; dim];
+                let add = |rows: &mut Vec<Vec<f32>>, key: u64, d: &mut dyn Iterator<Item = f32>| {
+                    let (m, v) = ((key & 1) as usize, (key >> 1) as usize);
+                    let row = &mut rows[m][v * dim..(v + 1) * dim];
+                    row.iter_mut().zip(d).for_each(|(r, x)| *r += x);
+                };
+                // Every rank adds every rank's deltas in rank order: the same sums everywhere.
                 for (src, b) in all.iter().enumerate() {
-                    if src != comm.rank() {
-                        self.m.push_bytes_received += b.len() as u64;
+                    if src == comm.rank() {
+                        for (&key, d) in keys.iter().zip(deltas.chunks_exact(dim)) {
+                            add(&mut replica.rows, key, &mut d.iter().copied());
+                        }
+                        continue;
                     }
+                    self.m.push_bytes_received += b.len() as u64;
                     let n = b
                         .get(..8)
                         .map_or(0, |x| u64::from_le_bytes(x.try_into().expect("8 bytes")))
@@ -204,8 +218,7 @@ impl Trainer<'_> {
                     let (ks, ds) = b[8..].split_at(8 * n);
                     for (kb, db) in ks.chunks_exact(8).zip(ds.chunks_exact(4 * dim)) {
                         let key = u64::from_le_bytes(kb.try_into().expect("8 bytes"));
-                        let (m, v) = ((key & 1) as usize, (key >> 1) as usize);
-                        if m >= matrices || v >= num_nodes {
+                        if (key & 1) as usize >= matrices || (key >> 1) as usize >= num_nodes {
                             fatal(
                                 comm,
                                 Some(self.step),
@@ -214,11 +227,10 @@ impl Trainer<'_> {
                                 ),
                             );
                         }
-                        for (x, c) in d.iter_mut().zip(db.chunks_exact(4)) {
-                            *x = f32::from_le_bytes(c.try_into().expect("4 bytes"));
-                        }
-                        let row = &mut replica.rows[m][v * dim..(v + 1) * dim];
-                        row.iter_mut().zip(&d).for_each(|(r, x)| *r += x);
+                        let mut d = db
+                            .chunks_exact(4)
+                            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")));
+                        add(&mut replica.rows, key, &mut d);
                     }
                 }
                 self.m.seconds.apply += t.secs();
