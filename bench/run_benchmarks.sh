@@ -7,7 +7,12 @@
 #                                     (--ranks-per-node 1) over shared memory and 2 over forced TCP,
 #                                     each also with the earlier remote path (no cache, f32, rma),
 #                                     and 2 and 4 nodes on BlogCatalog relabelled by `reorder`
-# Both by default. Needs a release build (make build) and, for gensim, a Python with
+#   bench/run_benchmarks.sh scaling   graphscale (sharded) against the data-parallel baseline
+#                                     (--strategy replicated, sparse and dense sync) at 1, 2 and 4
+#                                     simulated nodes over shared memory and forced TCP, DeepWalk and
+#                                     LINE: cost on R-MAT 2^20, quality on a planted-partition graph;
+#                                     ends in `graphscale report` (bench/results/scaling/)
+# load and gensim by default. Needs a release build (make build) and, for gensim, a Python with
 # numpy scipy scikit-learn gensim numba h5py (PYTHON=..., default /tmp/anchors/bin/python).
 # GS_FLAGS adds graphscale flags (e.g. GS_FLAGS='--max-staleness 1'); WALKS, LENGTH set the corpus;
 # RUNS sets the gensim comparison's alternated rounds (default 3; medians are reported).
@@ -123,6 +128,110 @@ for p in (2, 4):
         res[f"reorder_{p}"] = json.load(open(f))
 json.dump(res, open(out, "w"), indent=1)
 PYEOF
+  exit 0
+fi
+
+# The scaling study of docs/scaling.md. Every rank its own node (--ranks-per-node 1, 1 thread);
+# 1 node is 1 rank x 2 threads. Dense sync runs under a time limit (DENSE_LIMIT seconds): where it
+# does not finish, its rate at the limit (the last progress line) is recorded.
+if [[ "$what" == scaling ]]; then
+  TCP="--mca pml ob1 --mca btl tcp,self --mca osc ucx -x UCX_TLS=tcp,self"
+  [[ -f "$WORK/rmat20.h5" ]] || "$BIN" generate rmat --scale 20 --edge-factor 16 --seed 1 -o "$WORK/rmat20.h5" > /dev/null
+  "$BIN" generate sbm --nodes 20000 --blocks 10 --avg-degree 10 --mix 0.1 --seed 3 -o "$WORK/sbm20k.h5" \
+    --labels "$WORK/sbm20k_labels.tsv" > /dev/null
+  DW="--model deepwalk --walks-per-node 1 --walk-length 20 --dim 64"
+  LINE="--model line --line-samples 4 --dim 64 --lr 0.05"
+  QDW="--model deepwalk --walks-per-node 10 --walk-length 40 --dim 64"
+  QLINE="--model line --line-samples 100 --dim 64 --lr 0.05"
+  # name|graph|ranks|network|flags
+  runs=()
+  for m in dw line; do
+    if [[ $m == dw ]]; then f="$DW" q="$QDW"; else f="$LINE" q="$QLINE"; fi
+    for st in sharded replicated; do
+      for n in 1 2 4; do runs+=("cost_${m}_${st}_shm$n|rmat20|$n|shm|$f --strategy $st"); done
+      for n in 2 4; do runs+=("cost_${m}_${st}_tcp$n|rmat20|$n|tcp|$f --strategy $st"); done
+      runs+=("quality_${m}_${st}_shm4|sbm20k|4|shm|$q --strategy $st")
+    done
+    runs+=("cost_${m}_dense_shm2|rmat20|2|shm|$f --strategy replicated --sync dense")
+    runs+=("quality_${m}_dense_shm4|sbm20k|4|shm|$q --strategy replicated --sync dense")
+    runs+=("quality_${m}_sharded_shm1|sbm20k|1|shm|$q")
+  done
+  names=()
+  for r in "${runs[@]}"; do
+    IFS='|' read -r name graph n net flags <<< "$r"
+    [[ -n "${ONLY:-}" && ! "$name" =~ $ONLY ]] && continue
+    if [[ $n == 1 ]]; then place="--map-by slot:PE=2" threads=2 nodes=""; else place="" threads=1 nodes="--ranks-per-node 1"; fi
+    netflags=""; [[ $net == tcp ]] && netflags="$TCP"
+    limit=3600; [[ "$flags" == *dense* && $graph == rmat20 ]] && limit="${DENSE_LIMIT:-300}"
+    echo "== $name: $n rank(s) $net $flags"
+    rc=0
+    timeout -k 10 "$limit" mpirun --oversubscribe $place $netflags -n "$n" "$BIN" --graph "$WORK/$graph.h5" $flags \
+      --threads "$threads" $nodes --comm-timeout 600 ${GS_FLAGS:-} -o "$WORK/s_${name}.h5" \
+      --metrics "$WORK/s_${name}.jsonl" 2> "$WORK/s_${name}.log" || rc=$?
+    if [[ $rc != 0 ]]; then
+      echo "   stopped (exit $rc): $(grep -E 'pairs/s' "$WORK/s_${name}.log" | tail -1)"
+      rm -f "$WORK/s_${name}.jsonl"
+      echo "$rc" > "$WORK/s_${name}.stopped"
+    else
+      rm -f "$WORK/s_${name}.stopped"
+      if [[ $graph == sbm20k ]]; then
+        "$BIN" eval nodeclf --embeddings "$WORK/s_${name}.h5" --labels "$WORK/sbm20k_labels.tsv" --repeats 5 --seed 3 \
+          --train-fractions 0.5 --json > "$WORK/s_${name}_f1.json"
+      fi
+    fi
+    names+=("$name")
+  done
+  python3 - "$WORK" "$OUT/scaling.json" "${names[@]}" <<'PYEOF'
+import json, os, re, sys
+w, out, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+res = {"flags": os.environ.get("GS_FLAGS", ""), "runs": {}}
+for name in names:
+    mf = os.path.join(w, f"s_{name}.jsonl")
+    if not os.path.exists(mf):
+        last = [l for l in open(os.path.join(w, f"s_{name}.log")) if "pairs/s" in l]
+        m = re.search(r"(\d+(?:\.\d+)?)%.*pairs/s (\d+)", last[-1]) if last else None
+        res["runs"][name] = {"finished": False, "progress_percent": float(m.group(1)) if m else 0.0,
+                             "rank0_pairs_per_second": int(m.group(2)) if m else 0}
+        print(f"{name:28s} did not finish: {res['runs'][name]}")
+        continue
+    ms = [json.loads(l) for l in open(mf)]
+    train = max(m["train_seconds"] for m in ms)
+    pairs = sum(m["pairs"] for m in ms)
+    moved = sum(m["comm_bytes_sent"] + m.get("one_sided_bytes", 0) for m in ms)
+    r = {"finished": True, "ranks": len(ms), "train_seconds": round(train, 2), "pairs": pairs,
+         "pairs_per_second": round(pairs / train), "bytes_moved": moved, "bytes_per_pair": round(moved / pairs, 1),
+         "peak_rss_per_rank_max": max(m["peak_rss_bytes"] for m in ms),
+         "memory_estimate_per_rank_max": max(m["memory_estimate_bytes"] for m in ms),
+         "phase_seconds_mean": {k: round(sum(m["seconds"][k] for m in ms) / len(ms), 2) for k in ms[0]["seconds"]}}
+    f1 = os.path.join(w, f"s_{name}_f1.json")
+    if os.path.exists(f1):
+        r["micro_f1_50"] = round(json.load(open(f1))["results"]["0.5"]["micro_f1"] * 100, 2)
+    res["runs"][name] = r
+    print(f"{name:28s} {r['pairs_per_second'] / 1e6:6.2f}M pairs/s  train {train:7.1f} s  {r['bytes_per_pair']:7.1f} B/pair  "
+          f"RSS {r['peak_rss_per_rank_max'] / 2**20:6.0f} MiB  F1 {r.get('micro_f1_50', '')}")
+ratios = {}
+for name, r in res["runs"].items():
+    if "_replicated_" in name and r.get("finished"):
+        base = res["runs"].get(name.replace("_replicated_", "_sharded_"))
+        if base and base.get("finished"):
+            ratios[name] = {"time": round(r["train_seconds"] / base["train_seconds"], 2),
+                            "bytes": round(r["bytes_moved"] / max(1, base["bytes_moved"]), 2)}
+res["replicated_over_sharded"] = ratios
+for k, v in ratios.items():
+    print(f"{k:28s} replicated/sharded: time {v['time']}x, bytes {v['bytes']}x")
+json.dump(res, open(out, "w"), indent=1)
+PYEOF
+  files=()
+  for n in "${names[@]}"; do [[ $n == cost_* && -f "$WORK/s_$n.jsonl" ]] && files+=("$WORK/s_$n.jsonl"); done
+  if (( ${#files[@]} )); then
+    for m in dw line; do
+      sel=(); for f in "${files[@]}"; do [[ $f == *cost_${m}_* && $f != *tcp* ]] && sel+=("$f"); done
+      (( ${#sel[@]} )) && "$BIN" report "${sel[@]}" -o "$OUT/scaling/${m}_shm"
+      sel=(); for f in "${files[@]}"; do [[ $f == *cost_${m}_* && ( $f == *tcp* || $f == *shm1* ) ]] && sel+=("$f"); done
+      (( ${#sel[@]} )) && "$BIN" report "${sel[@]}" -o "$OUT/scaling/${m}_tcp"
+    done
+    rm -f "$OUT"/scaling/*/*.png
+  fi
   exit 0
 fi
 

@@ -79,6 +79,9 @@ pub enum Command {
     /// Tables (CSV) and plots (SVG, PNG) of runs' --metrics files: speed-up, efficiency,
     /// phases, bytes per pair, memory, load balance, throughput over time
     Report(ReportCmd),
+    /// Memory per rank and node, bytes per step and epoch, and time per epoch of a job, for the
+    /// sharded strategy and the data-parallel baseline, before it is submitted
+    Plan(PlanCmd),
     /// Evaluate embeddings
     #[command(subcommand)]
     Eval(EvalCmd),
@@ -99,6 +102,61 @@ pub struct SelftestCmd {
     pub rows: usize,
     #[arg(long, default_value_t = 20)]
     pub rounds: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanCmd {
+    /// Graph nodes (1e9 is fine)
+    #[arg(long)]
+    pub nodes: f64,
+    /// Graph edges (an undirected edge once)
+    #[arg(long)]
+    pub edges: f64,
+    #[arg(long)]
+    pub directed: bool,
+    #[arg(long, default_value_t = 128)]
+    pub dim: usize,
+    #[arg(long, value_enum, default_value = "f32")]
+    pub dtype: crate::config::Dtype,
+    #[arg(long, value_enum, default_value = "sgd")]
+    pub optimizer: crate::config::Optimizer,
+    #[arg(long, value_enum, default_value = "deepwalk")]
+    pub model: crate::config::Model,
+    /// LINE proximity order (1 trains one matrix)
+    #[arg(long, default_value_t = 2)]
+    pub order: u32,
+    #[arg(long, default_value_t = 10.0)]
+    pub walks_per_node: f64,
+    #[arg(long, default_value_t = 80.0)]
+    pub walk_length: f64,
+    #[arg(long, default_value_t = 10.0)]
+    pub window: f64,
+    #[arg(long, default_value_t = 100.0)]
+    pub line_samples: f64,
+    #[arg(long, default_value_t = 16384.0)]
+    pub batch_size: f64,
+    // The job's ranks and ranks per node are the global --ranks and --ranks-per-node.
+    /// Compute threads per rank
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Memory of one node (e.g. 700G): plans that need more are refused, saying by how much
+    #[arg(long)]
+    pub mem_per_node: Option<String>,
+    /// Sharded strategy's wire precision of rows and deltas
+    #[arg(long, value_enum, default_value = "f16")]
+    pub wire_dtype: crate::config::Dtype,
+    /// Seconds per message (alpha)
+    #[arg(long, default_value_t = 2e-6)]
+    pub latency: f64,
+    /// Bytes per second of one node's link (beta; 12.5G = 100 Gb/s)
+    #[arg(long, default_value = "12.5G")]
+    pub bandwidth: String,
+    /// Fit the compute, sampling and traffic rates to a measured run's --metrics file
+    #[arg(long)]
+    pub calibrate: Option<PathBuf>,
+    /// Print the plans as JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

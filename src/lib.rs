@@ -17,6 +17,7 @@ pub mod config;
 pub mod eval;
 pub mod export;
 pub mod model;
+pub mod plan;
 pub mod report;
 pub mod sample;
 pub mod stats;

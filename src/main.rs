@@ -6,8 +6,8 @@ use std::time::Duration;
 use clap::Parser;
 
 use graphscale::cli::{
-    Cli, Command, ConvertCmd, EvalCmd, ExportCmd, GenerateCmd, InfoCmd, ReportCmd, SelftestCmd,
-    SplitCmd, TrainCmd,
+    Cli, Command, ConvertCmd, EvalCmd, ExportCmd, GenerateCmd, InfoCmd, PlanCmd, ReportCmd,
+    SelftestCmd, SplitCmd, TrainCmd,
 };
 use graphscale::comm::{local, mpi::MpiComm, Comm};
 use graphscale::config::{RawTrain, TrainConfig};
@@ -72,6 +72,7 @@ fn main() {
         Some(Command::Split(ref x)) => serial(|| split_cmd(x)),
         Some(Command::Reorder(ref x)) => serial(|| reorder_cmd(x)),
         Some(Command::Report(ref x)) => serial(|| report_cmd(x)),
+        Some(Command::Plan(ref x)) => serial(|| plan_cmd(x, &cli.global)),
         Some(Command::Info(ref i)) => spmd(&cli.global, |c| info(c, i)),
         Some(Command::Selftest(ref s)) => spmd(&cli.global, |c| selftest(c, s)),
         Some(Command::Train(ref t)) => spmd(&cli.global, |c| train_cmd(c, t)),
@@ -464,6 +465,64 @@ fn train_cmd(comm: &Comm, t: &TrainCmd) -> Result<()> {
         if let Some(o) = &cfg.output {
             eprintln!("graphscale: wrote {}", o.display());
         }
+    }
+    Ok(())
+}
+
+fn plan_cmd(x: &PlanCmd, g: &graphscale::cli::Global) -> Result<()> {
+    use graphscale::plan::{self, Job, Rates};
+    let size = |flag: &str, v: &str| {
+        graphscale::config::parse_bytes(v)
+            .map(|b| b as f64)
+            .map_err(|_| Error::config(format!("{flag} '{v}' is not a positive size like 700G")))
+    };
+    let job = Job {
+        nodes: x.nodes,
+        edges: x.edges,
+        directed: x.directed,
+        dim: x.dim,
+        dtype_bytes: x.dtype.size(),
+        optimizer: x.optimizer,
+        model: x.model,
+        order: x.order,
+        walks_per_node: x.walks_per_node,
+        walk_length: x.walk_length,
+        window: x.window,
+        line_samples: x.line_samples,
+        batch_size: x.batch_size,
+        ranks: g.ranks,
+        ranks_per_node: g.ranks_per_node().unwrap_or(1),
+        threads: x.threads,
+        mem_per_node: x
+            .mem_per_node
+            .as_deref()
+            .map(|m| size("--mem-per-node", m))
+            .transpose()?,
+        wire_bytes: x.wire_dtype.size(),
+        latency: x.latency,
+        bandwidth: size("--bandwidth", &x.bandwidth)?,
+    };
+    let rates = match &x.calibrate {
+        Some(p) => Rates::calibrate(p)?,
+        None => Rates::defaults(),
+    };
+    let (pairs, plans) = plan::plan(&job, &rates)?;
+    if x.json {
+        let v = serde_json::json!({"pairs_per_epoch": pairs, "rates": rates, "plans": plans});
+        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+    } else {
+        print!("{}", plan::render(&job, &rates, pairs, &plans));
+    }
+    let sharded = &plans[0];
+    if !sharded.fits {
+        let m = job.mem_per_node.unwrap_or(0.0);
+        return Err(Error::config(format!(
+            "the plan does not fit: the sharded strategy needs {} per node, {} more than --mem-per-node {}; use more nodes (about {}x), --dtype f16, or a smaller --dim",
+            graphscale::stats::human_bytes(sharded.per_node as u64),
+            graphscale::stats::human_bytes((sharded.per_node - m) as u64),
+            graphscale::stats::human_bytes(m as u64),
+            (sharded.per_node / m).ceil()
+        )));
     }
     Ok(())
 }

@@ -37,6 +37,14 @@ pub struct RankMetrics {
     pub nodes: u64,
     #[serde(default)]
     pub model: String,
+    /// Compute threads per rank, embedding dimension, and wire bytes per value of the sharded
+    /// strategy's rows and deltas (for `graphscale plan --calibrate`).
+    #[serde(default)]
+    pub threads: usize,
+    #[serde(default)]
+    pub dim: usize,
+    #[serde(default)]
+    pub wire_bytes: usize,
     pub seconds: Phases,
     pub steps: u64,
     pub pairs: u64,

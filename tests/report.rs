@@ -122,3 +122,101 @@ fn report_refuses_metrics_it_cannot_read() {
     let o = run(60, &["report", "-o", s(&p(d.path(), "r"))]);
     assert_eq!(o.code, 2, "{}", o.all());
 }
+
+#[test]
+fn plan_prints_both_strategies_refuses_what_does_not_fit_and_calibrates() {
+    let big = [
+        "plan",
+        "--nodes",
+        "1e9",
+        "--edges",
+        "9.2e10",
+        "--dim",
+        "128",
+        "--dtype",
+        "f16",
+        "--optimizer",
+        "momentum",
+        "--ranks",
+        "80",
+        "--ranks-per-node",
+        "8",
+    ];
+    let mut a = big.to_vec();
+    a.extend_from_slice(&["--mem-per-node", "700G"]);
+    let o = run(30, &a);
+    assert_eq!(o.code, 0, "{}", o.all());
+    for s in [
+        "sharded",
+        "replicated-sparse",
+        "replicated-dense",
+        "per node",
+        "s/epoch",
+    ] {
+        assert!(o.stdout.contains(s), "{s}: {}", o.stdout);
+    }
+    // Every rank would hold all 1e9 rows and their momentum: far over 700G per node.
+    assert!(
+        o.stdout.contains("replicated-sparse: needs")
+            && o.stdout.contains("more than --mem-per-node"),
+        "{}",
+        o.stdout
+    );
+    let mut a = big.to_vec();
+    a.extend_from_slice(&["--mem-per-node", "100G"]);
+    let o = run(30, &a);
+    assert_eq!(o.code, 1, "{}", o.all());
+    assert!(
+        o.stderr.contains("the plan does not fit")
+            && o.stderr.contains("more than --mem-per-node 100.0 GiB"),
+        "{}",
+        o.stderr
+    );
+    let o = run(
+        30,
+        &["plan", "--nodes", "0", "--edges", "10", "--ranks", "2"],
+    );
+    assert_eq!(o.code, 1, "{}", o.all());
+    assert!(
+        o.stderr.contains("--nodes must be a positive number"),
+        "{}",
+        o.stderr
+    );
+
+    // Calibrated from a measured 2-rank run: the rates are that run's.
+    let d = tmp();
+    let (g, _) = sbm(d.path(), 600, 3);
+    let (emb, m) = (p(d.path(), "emb.h5"), p(d.path(), "m.jsonl"));
+    let mut a = walk_args(s(&g), s(&emb), s(&m));
+    a.extend_from_slice(&["--ranks", "2"]);
+    assert_eq!(run(120, &a).code, 0);
+    let o = run(
+        30,
+        &[
+            "plan",
+            "--nodes",
+            "600",
+            "--edges",
+            "3000",
+            "--dim",
+            "32",
+            "--ranks",
+            "2",
+            "--calibrate",
+            s(&m),
+            "--json",
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.all());
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("json");
+    assert!(
+        v["rates"]["source"]
+            .as_str()
+            .unwrap()
+            .contains("calibrated"),
+        "{v}"
+    );
+    let ppt = v["rates"]["pairs_per_token"].as_f64().unwrap();
+    assert!(ppt > 1.0 && ppt < 21.0, "{v}");
+    assert_eq!(v["plans"].as_array().unwrap().len(), 3);
+}

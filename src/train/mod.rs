@@ -227,6 +227,7 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     tr.m.nodes = comm.all_reduce_f64(&[1.0 / comm.node_size().max(1) as f64], ReduceOp::Sum)[0]
         .round() as u64;
     tr.m.model = format!("{:?}", cfg.model).to_lowercase();
+    (tr.m.threads, tr.m.dim, tr.m.wire_bytes) = (cfg.threads, cfg.dim, cfg.wire_dtype.size());
     let t = Timer::start();
     match cfg.model {
         Model::Deepwalk | Model::Node2vec => tr.train_walks(),

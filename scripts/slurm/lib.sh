@@ -1,0 +1,86 @@
+# Shared by the graphscale Slurm scripts (sourced, not run). Slurm runs a copy of the batch
+# script from its spool directory, so the scripts find this file through GS_HOME (default: the
+# submit directory, a graphscale checkout).
+#
+# gs_setup            site settings (SITE_ENV, default $GS_HOME/scripts/slurm/site.env), the binary
+#                     (BIN), the launcher (LAUNCHER=mpirun|srun) and the threads per rank
+# gs_launch K N ARGS  run graphscale with N ranks on the first K nodes of the allocation (or, with
+#                     SIMULATE_NODES=1, all on this node with --ranks-per-node N/K: every group of
+#                     ranks its own node, as a scaling study on one machine)
+# gs_nodes            the node counts of a scaling study: NODE_COUNTS, or 1 2 4 ... up to the
+#                     allocation's nodes
+
+gs_setup() {
+  GS_HOME="${GS_HOME:-${SLURM_SUBMIT_DIR:-.}}"
+  SITE_ENV="${SITE_ENV:-$GS_HOME/scripts/slurm/site.env}"
+  if [[ -f "$SITE_ENV" ]]; then
+    echo "graphscale: site settings from $SITE_ENV"
+    # shellcheck disable=SC1090
+    source "$SITE_ENV"
+  fi
+  BIN="${BIN:-$GS_HOME/target/release/graphscale}"
+  [[ -x "$BIN" ]] || { echo "graphscale: no binary at $BIN (build it: make build, or set BIN)" >&2; exit 1; }
+  LAUNCHER="${LAUNCHER:-mpirun}"
+  THREADS="${SLURM_CPUS_PER_TASK:-1}"
+  if [[ "$LAUNCHER" == mpirun ]]; then
+    export OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}"
+    if [[ "$(id -u)" == 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+  fi
+}
+
+# gs_train MODEL     one training job over the whole allocation: GRAPH (required), OUT, CONFIG,
+#                     CKPT (checkpoints on a shared filesystem; a resubmitted job resumes),
+#                     CKPT_EVERY, EXTRA (more flags, word-split)
+gs_train() {
+  local model="$1"
+  : "${GRAPH:?set GRAPH to an HDF5 edge file (graphscale convert edges.tsv -o edges.h5)}"
+  OUT="${OUT:-emb-${SLURM_JOB_ID:-local}.h5}"
+  local args=(--graph "$GRAPH" --model "$model" -o "$OUT" --threads "$THREADS" --metrics "${OUT%.h5}.metrics.jsonl")
+  [[ -n "${CONFIG:-}" ]] && args+=(--config "$CONFIG")
+  [[ -n "${CKPT:-}" ]] && args+=(--checkpoint-dir "$CKPT" --checkpoint-every "${CKPT_EVERY:-10m}" --resume "$CKPT")
+  # shellcheck disable=SC2206
+  [[ -n "${EXTRA:-}" ]] && args+=($EXTRA)
+  echo "graphscale: $model, ${SLURM_NTASKS:-4} ranks on ${SLURM_JOB_NODELIST:-localhost}; graph $GRAPH -> $OUT"
+  gs_launch "${SLURM_JOB_NUM_NODES:-1}" "${SLURM_NTASKS:-4}" "${args[@]}"
+}
+
+gs_nodes() {
+  if [[ -n "${NODE_COUNTS:-}" ]]; then
+    echo "$NODE_COUNTS"
+    return
+  fi
+  local max="${SIM_NODES:-${SLURM_JOB_NUM_NODES:-1}}" k=1 out=""
+  while (( k <= max )); do out+="$k "; k=$(( k * 2 )); done
+  echo "$out"
+}
+
+gs_launch() {
+  local k="$1" n="$2"
+  shift 2
+  local per=$(( n / k ))
+  (( per >= 1 && per * k == n )) || { echo "graphscale: $n ranks do not split over $k nodes" >&2; return 1; }
+  local extra=()
+  [[ "${SIMULATE_NODES:-0}" == 1 ]] && extra=(--ranks-per-node "$per")
+  local how="node(s)"
+  [[ "${SIMULATE_NODES:-0}" == 1 ]] && how="simulated node(s) on this machine"
+  echo "graphscale: $n ranks, $per per node, on $k $how: ${*}"
+  if [[ "$LAUNCHER" == srun ]]; then
+    # The whole step dies when one task fails.
+    if [[ "${SIMULATE_NODES:-0}" == 1 ]]; then
+      srun --kill-on-bad-exit=1 --mpi="${SRUN_MPI:-pmix}" -N 1 -n "$n" --overcommit "$BIN" "$@" "${extra[@]}"
+    else
+      srun --kill-on-bad-exit=1 --mpi="${SRUN_MPI:-pmix}" -N "$k" -n "$n" --ntasks-per-node "$per" "$BIN" "$@"
+    fi
+    return
+  fi
+  # Open MPI's mpirun aborts the job when a rank exits non-zero or calls MPI_Abort. It binds a
+  # rank to one core by default: a rank gets all of its task's CPUs.
+  local place=()
+  [[ "$THREADS" -gt 1 ]] && place=(--map-by "slot:PE=$THREADS")
+  if [[ "${SIMULATE_NODES:-0}" != 1 && -n "${SLURM_JOB_NODELIST:-}" ]]; then
+    local hosts
+    hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n "$k" | sed "s/\$/:$per/" | paste -sd, -)
+    place+=(--host "$hosts")
+  fi
+  mpirun --oversubscribe "${place[@]}" -n "$n" "$BIN" "$@" "${extra[@]}"
+}
