@@ -151,9 +151,10 @@ pub struct PlanCmd {
     /// Bytes per second of one node's link (beta; 12.5G = 100 Gb/s)
     #[arg(long, default_value = "12.5G")]
     pub bandwidth: String,
-    /// Fit the compute, sampling and traffic rates to a measured run's --metrics file
+    /// Fit the compute, sampling and traffic rates to measured runs' --metrics files (repeat:
+    /// compute and sampling from the first, each strategy's traffic from a run of it)
     #[arg(long)]
-    pub calibrate: Option<PathBuf>,
+    pub calibrate: Vec<PathBuf>,
     /// Print the plans as JSON
     #[arg(long)]
     pub json: bool,

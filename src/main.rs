@@ -502,9 +502,10 @@ fn plan_cmd(x: &PlanCmd, g: &graphscale::cli::Global) -> Result<()> {
         latency: x.latency,
         bandwidth: size("--bandwidth", &x.bandwidth)?,
     };
-    let rates = match &x.calibrate {
-        Some(p) => Rates::calibrate(p)?,
-        None => Rates::defaults(),
+    let rates = if x.calibrate.is_empty() {
+        Rates::defaults()
+    } else {
+        Rates::calibrate(&x.calibrate)?
     };
     let (pairs, plans) = plan::plan(&job, &rates)?;
     if x.json {

@@ -3,7 +3,8 @@
 //! bytes a step and an epoch move, and the time per epoch from a model: an alpha-beta network
 //! (per-message latency, per-node bandwidth shared by the node's ranks) and compute, sampling
 //! and traffic rates per pair, either defaults measured on R-MAT 2^20 (docs/scaling.md) or
-//! fitted from a measured run (`--calibrate METRICS.jsonl`).
+//! fitted from measured runs (`--calibrate METRICS.jsonl`, repeatable: a sharded and a
+//! replicated run fit both strategies' traffic).
 //!
 //! The sharded strategy overlaps its one all-to-all per step with the pool's compute (a step
 //! costs the larger of the two plus the main thread's sampling); the replicated strategy's sync
@@ -55,7 +56,7 @@ pub struct Rates {
     pub sharded_rows_per_pair: f64,
     /// Replicated, sparse: distinct rows a rank's batch touches per pair.
     pub replicated_rows_per_pair: f64,
-    /// Skip-gram pairs per walk token (after subsampling).
+    /// Skip-gram pairs per walk token (walks x length; after subsampling and dead ends).
     pub pairs_per_token: f64,
     pub source: String,
 }
@@ -79,26 +80,48 @@ impl Rates {
     /// seconds, sampling from the main thread's, traffic per pair from the bytes each strategy
     /// moved. Rates a run cannot show (the other strategy's traffic, or any traffic at one
     /// node) keep their defaults.
-    pub fn calibrate(path: &std::path::Path) -> Result<Rates> {
+    /// Several runs (`--calibrate` repeated): compute, sampling and pairs per token from the
+    /// first, the traffic of each strategy from a run of that strategy.
+    pub fn calibrate(paths: &[std::path::PathBuf]) -> Result<Rates> {
+        let mut r = Rates::defaults();
+        for (i, path) in paths.iter().enumerate() {
+            r = r.fit(path, i == 0)?;
+        }
+        r.source = format!(
+            "calibrated from {}",
+            paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
+        Ok(r)
+    }
+
+    fn fit(mut self, path: &std::path::Path, first: bool) -> Result<Rates> {
         let runs = crate::report::load(&[path.to_path_buf()])?;
         let ms: &[RankMetrics] = &runs[0].ranks;
         let m0 = &ms[0];
-        let mut r = Rates::defaults();
+        if m0.threads == 0 || m0.dim == 0 || m0.wire_bytes == 0 {
+            return Err(Error::config(format!(
+                "{}: metrics without threads, dim and wire bytes, written by an older graphscale: run the job again with this version's --metrics to calibrate from it",
+                path.display()
+            )));
+        }
+        let r = &mut self;
         let pairs: f64 = ms.iter().map(|m| m.pairs as f64).sum();
-        let tokens: f64 = ms.iter().map(|m| m.tokens as f64).sum();
+        let tokens: f64 = ms.iter().map(|m| m.walk_tokens_nominal as f64).sum();
         if pairs <= 0.0 {
             return Err(Error::config(format!(
                 "{}: the run trained no pairs",
                 path.display()
             )));
         }
-        let threads = m0.threads.max(1) as f64;
-        let busy: f64 = ms.iter().map(|m| m.seconds.compute).sum::<f64>() * threads;
-        r.pairs_per_thread_second = pairs / busy.max(1e-9);
-        r.dim_at = m0.dim.max(1);
-        r.sample_seconds_per_pair = ms.iter().map(|m| m.seconds.sample).sum::<f64>() / pairs;
-        if m0.model != "line" && tokens > 0.0 {
-            r.pairs_per_token = pairs / tokens;
+        if first {
+            let threads = m0.threads.max(1) as f64;
+            let busy: f64 = ms.iter().map(|m| m.seconds.compute).sum::<f64>() * threads;
+            r.pairs_per_thread_second = pairs / busy.max(1e-9);
+            r.dim_at = m0.dim.max(1);
+            r.sample_seconds_per_pair = ms.iter().map(|m| m.seconds.sample).sum::<f64>() / pairs;
+            if m0.model != "line" && tokens > 0.0 {
+                r.pairs_per_token = pairs / tokens;
+            }
         }
         let nodes = m0.nodes.max(1) as f64;
         let moved: f64 = ms
@@ -115,8 +138,7 @@ impl Rates {
             let sent: f64 = ms.iter().map(|m| m.push_bytes_sent as f64).sum();
             r.replicated_rows_per_pair = sent / pairs / rec / (p - 1.0);
         }
-        r.source = format!("calibrated from {}", path.display());
-        Ok(r)
+        Ok(self)
     }
 }
 

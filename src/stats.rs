@@ -45,6 +45,10 @@ pub struct RankMetrics {
     pub dim: usize,
     #[serde(default)]
     pub wire_bytes: usize,
+    /// Walks: the walks this rank started times their length (a walk ending early at a node
+    /// without neighbours has fewer tokens).
+    #[serde(default)]
+    pub walk_tokens_nominal: u64,
     pub seconds: Phases,
     pub steps: u64,
     pub pairs: u64,

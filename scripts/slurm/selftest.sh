@@ -84,6 +84,16 @@ if grep -q "compute threads: they will share" "$W"/hybrid-*.out; then
 fi
 echo "hybrid job: 1 rank x 2 threads, not bound to one core"
 
+# Scaling studies on simulated nodes (every rank its own node), both strategies, to their report.
+for kind in strong weak; do
+  sbatch --parsable --wait --ntasks 2 --overcommit --chdir "$W" --output "$W/$kind-%j.out" \
+    --export=ALL,GRAPH="$W/g.h5",BIN="$BIN",GS_HOME="$ROOT",SIMULATE_NODES=1,SIM_NODES=2,RANKS_PER_NODE=1,BASE_SCALE=10,OUTDIR="$W/$kind",EXTRA="--walks-per-node 2 --walk-length 20 --dim 16 --comm-timeout 60" \
+    "$ROOT/scripts/slurm/${kind}_scaling.slurm" > /dev/null || { cat "$W"/$kind-*.out; echo "selftest: $kind scaling job failed" >&2; exit 1; }
+  rows=$(( $(wc -l < "$W/$kind/report/runs.csv") - 1 ))
+  [[ $rows == 4 && -f "$W/$kind/report/speedup.svg" ]] || { cat "$W"/$kind-*.out; echo "selftest: $kind scaling report has $rows runs, 4 expected" >&2; exit 1; }
+  echo "$kind scaling job: 4 runs (1 and 2 simulated nodes x sharded, replicated) and their report"
+done
+
 # A failing job: one rank is killed mid-run (SIGKILL at step 20); the whole job must end FAILED, well before its limit.
 # (EXTRA holds commas, which --export would split: it travels in the environment instead.)
 start=$(date +%s)
