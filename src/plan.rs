@@ -89,7 +89,11 @@ impl Rates {
         }
         r.source = format!(
             "calibrated from {}",
-            paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         Ok(r)
     }

@@ -699,7 +699,8 @@ impl<'a> Trainer<'a> {
         self.m.walker_crossings = engine.crossed;
         // Walks started here x their length: the tokens the walks would have without dead ends
         // (`graphscale plan` counts pairs per such token).
-        self.m.walk_tokens_nominal = engine.cursor().1 * u64::from(cfg.walk_length) * u64::from(cfg.epochs);
+        self.m.walk_tokens_nominal =
+            engine.cursor().1 * u64::from(cfg.walk_length) * u64::from(cfg.epochs);
         let epochs = cfg.epochs;
         self.checkpoint_finish(|_| {
             let cursor = Cursor {
