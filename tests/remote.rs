@@ -6,19 +6,6 @@
 mod common;
 
 use common::*;
-use serde_json::Value;
-
-fn metrics(path: &std::path::Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .expect("metrics")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json line"))
-        .collect()
-}
-
-fn sum(ms: &[Value], key: &str) -> u64 {
-    ms.iter().map(|m| m[key].as_u64().unwrap_or(0)).sum()
-}
 
 /// [`walk_args`] with every rank its own node.
 fn args<'a>(g: &'a str, emb: &'a str, m: &'a str) -> Vec<&'a str> {
@@ -168,7 +155,7 @@ fn a_reordered_graph_trains_with_fewer_crossings_and_original_rows() {
         ],
     );
     assert_eq!(o.code, 0, "{}", o.all());
-    let rep: Value = serde_json::from_str(o.stdout.trim()).expect("json");
+    let rep: serde_json::Value = serde_json::from_str(o.stdout.trim()).expect("json");
     let after = rep["cut_block_after"].as_f64().unwrap();
     assert!(
         after < 0.5 * rep["cut_striped_before"].as_f64().unwrap(),

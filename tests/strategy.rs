@@ -5,19 +5,6 @@
 mod common;
 
 use common::*;
-use serde_json::Value;
-
-fn metrics(path: &std::path::Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .expect("metrics")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json line"))
-        .collect()
-}
-
-fn sum(ms: &[Value], key: &str) -> u64 {
-    ms.iter().map(|m| m[key].as_u64().unwrap_or(0)).sum()
-}
 
 #[test]
 fn replicated_matches_sharded_quality_and_moves_more_bytes() {

@@ -934,23 +934,7 @@ impl<'a> Trainer<'a> {
                 }
             }
         };
-        let planned = match work {
-            Work::Pairs(pairs) => {
-                let (pidx, nidx) = plan(
-                    pairs,
-                    k,
-                    cfg.shared_negatives,
-                    tm,
-                    &self.neg,
-                    &mut self.rng,
-                    &mut refer,
-                );
-                Planned::Pairs { pidx, nidx }
-            }
-            Work::Segments(segs) => {
-                plan_segments(segs, k, tm, &self.neg, &mut self.rng, &mut refer)
-            }
-        };
+        let planned = Planned::of(work, cfg, tm, &self.neg, &mut self.rng, &mut refer);
         // Rows read in place: every reference to this node (a row may be read by several pairs).
         let (mut local, mut remote) = (0u64, 0u64);
         for &r in planned.references() {
@@ -1014,18 +998,11 @@ impl<'a> Trainer<'a> {
         let npairs = planned.pairs();
         let done = self.pool_started();
         self.pool.spawn(move || {
-            use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
             let t = Timer::start();
-            let cells: Vec<AtomicU32> = rows.iter().map(|x| AtomicU32::new(x.to_bits())).collect();
             // SAFETY: the trainer keeps its shards alive and takes no `&mut` access to their
             // windows until it has received this task's result (`finish`, `drain`, `Drop`).
             let (c, tg) = unsafe { (centers.cells(), targets.cells()) };
-            let loss = planned.train(c, tg, &cells, dim, k, window, lr);
-            let deltas: Vec<f32> = cells
-                .iter()
-                .zip(&rows)
-                .map(|(c, o)| f32::from_bits(c.load(Relaxed)) - o)
-                .collect();
+            let (deltas, loss) = planned.train_copy(c, tg, &rows, dim, k, window, lr);
             let secs = t.secs();
             done();
             // The receiver only disappears if the rank is already failing.
@@ -1675,6 +1652,49 @@ enum Planned {
 }
 
 impl Planned {
+    /// Row references of a step's work through `refer` (see `plan` and `plan_segments`).
+    fn of(
+        work: Work,
+        cfg: &TrainConfig,
+        tm: u64,
+        neg: &NegativePool,
+        rng: &mut Rng,
+        refer: &mut impl FnMut(u64) -> u32,
+    ) -> Planned {
+        let k = cfg.negatives as usize;
+        match work {
+            Work::Pairs(pairs) => {
+                let (pidx, nidx) = plan(pairs, k, cfg.shared_negatives, tm, neg, rng, refer);
+                Planned::Pairs { pidx, nidx }
+            }
+            Work::Segments(segs) => plan_segments(segs, k, tm, neg, rng, refer),
+        }
+    }
+
+    /// Train with the `REMOTE` references on a copy of `rows` (their values as f32); returns
+    /// each copied row's change (its delta) and the sampled loss.
+    #[allow(clippy::too_many_arguments)]
+    fn train_copy(
+        &self,
+        c: &[std::sync::atomic::AtomicU32],
+        tg: &[std::sync::atomic::AtomicU32],
+        rows: &[f32],
+        dim: usize,
+        k: usize,
+        window: u32,
+        lr: f32,
+    ) -> (Vec<f32>, f64) {
+        use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+        let cells: Vec<AtomicU32> = rows.iter().map(|x| AtomicU32::new(x.to_bits())).collect();
+        let loss = self.train(c, tg, &cells, dim, k, window, lr);
+        let deltas = cells
+            .iter()
+            .zip(rows)
+            .map(|(c, o)| f32::from_bits(c.load(Relaxed)) - o)
+            .collect();
+        (deltas, loss)
+    }
+
     /// Rewrite `REMOTE | i` (the batch's i-th remote row) to `REMOTE | slots[i]`.
     fn remap_remote(&mut self, slots: &[u32]) {
         let (a, b) = match self {

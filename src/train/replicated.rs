@@ -14,7 +14,6 @@
 //! next batch is sampled and planned while the pool trains the current one, as in the sharded
 //! strategy; its rows are read after the step's sync.
 
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::mpsc::Receiver;
 
 use rand::RngExt;
@@ -88,23 +87,7 @@ impl Trainer<'_> {
                     (keys.len() - 1) as u32
                 })
         };
-        let planned = match work {
-            Work::Pairs(pairs) => {
-                let (pidx, nidx) = super::plan(
-                    pairs,
-                    k,
-                    cfg.shared_negatives,
-                    tm,
-                    &self.neg,
-                    &mut self.rng,
-                    &mut refer,
-                );
-                Planned::Pairs { pidx, nidx }
-            }
-            Work::Segments(segs) => {
-                super::plan_segments(segs, k, tm, &self.neg, &mut self.rng, &mut refer)
-            }
-        };
+        let planned = Planned::of(work, cfg, tm, &self.neg, &mut self.rng, &mut refer);
         self.m.local_rows += planned.references().filter(|&&r| r != sgns::SKIP).count() as u64;
         self.m.seconds.sample += t.secs();
 
@@ -125,14 +108,8 @@ impl Trainer<'_> {
         let done = self.pool_started();
         self.pool.spawn(move || {
             let t = Timer::start();
-            let cells: Vec<AtomicU32> = rows.iter().map(|x| AtomicU32::new(x.to_bits())).collect();
             // Every reference is to the batch's copy: no row is updated in place.
-            let loss = planned.train(&[], &[], &cells, dim, k, window, lr);
-            let deltas: Vec<f32> = cells
-                .iter()
-                .zip(&rows)
-                .map(|(c, o)| f32::from_bits(c.load(Relaxed)) - o)
-                .collect();
+            let (deltas, loss) = planned.train_copy(&[], &[], &rows, dim, k, window, lr);
             let secs = t.secs();
             done();
             // The receiver only disappears if the rank is already failing.

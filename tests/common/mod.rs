@@ -155,3 +155,17 @@ pub fn walk_args<'a>(graph: &'a str, emb: &'a str, metrics: &'a str) -> Vec<&'a 
         "60",
     ]
 }
+
+/// The JSON records of a `--metrics` file, one per rank.
+pub fn metrics(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .expect("metrics")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect()
+}
+
+/// A counter summed over ranks (0 where absent).
+pub fn sum(ms: &[serde_json::Value], key: &str) -> u64 {
+    ms.iter().map(|m| m[key].as_u64().unwrap_or(0)).sum()
+}
