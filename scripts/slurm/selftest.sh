@@ -86,7 +86,7 @@ echo "hybrid job: 1 rank x 2 threads, not bound to one core"
 
 # Scaling studies on simulated nodes (every rank its own node), both strategies, to their report.
 for kind in strong weak; do
-  sbatch --parsable --wait --ntasks 2 --overcommit --chdir "$W" --output "$W/$kind-%j.out" \
+  sbatch --parsable --wait --nodes 1 --ntasks 2 --ntasks-per-node 2 --overcommit --chdir "$W" --output "$W/$kind-%j.out" \
     --export=ALL,GRAPH="$W/g.h5",BIN="$BIN",GS_HOME="$ROOT",SIMULATE_NODES=1,SIM_NODES=2,RANKS_PER_NODE=1,BASE_SCALE=10,OUTDIR="$W/$kind",EXTRA="--walks-per-node 2 --walk-length 20 --dim 16 --comm-timeout 60" \
     "$ROOT/scripts/slurm/${kind}_scaling.slurm" > /dev/null || { cat "$W"/$kind-*.out; echo "selftest: $kind scaling job failed" >&2; exit 1; }
   rows=$(( $(wc -l < "$W/$kind/report/runs.csv") - 1 ))
