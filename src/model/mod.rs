@@ -1,8 +1,126 @@
-//! Models as stateless functions over slices: given the batch's rows (f32, one buffer of unique
-//! rows) and index lists, compute the loss and add the loss gradient of every row into `grads`.
-//! The solver loop (`train`) owns fetching, pushing and applying.
+//! Models. A model is one unit ([`Model`]): it turns a step's sampled work into a [`Plan`] (the
+//! rows the batch touches, as references the pipeline hands it, and its negatives), and a plan
+//! knows its loss and its kernels: HOGWILD updates in place ([`Plan::train`]) and gradients of
+//! a dense copy of its rows ([`Plan::gradients`]). The pipeline (`crate::train`: sampling
+//! drivers, planning through `refer`, fetching, the row cache, overlap, push, apply, the
+//! replicated baseline, checkpoints) drives any model through these two traits and never looks
+//! inside a plan. Row keys are `node << 1 | matrix`; matrix 0 holds vertex (input) rows and
+//! matrix 1, when the model has it, context (output) rows.
+//!
+//! A new model is one file here (its `Model` and `Plan`), plus its sampler under
+//! `crate::sample` when it needs new work (see [`Work`]).
 
+pub mod cells;
 pub mod sgns;
+
+use std::sync::atomic::AtomicU32;
+
+use crate::config::TrainConfig;
+use crate::graph::NodeId;
+use crate::sample::negatives::NegativePool;
+use crate::sample::walk::Segments;
+use crate::sample::Rng;
+
+/// A row reference to row `slot` of the batch's other rows (the row cache, or a private copy):
+/// `REMOTE | slot`. A reference without it is a row of the in-place rows of its matrix.
+pub const REMOTE: u32 = 1 << 31;
+
+/// A reference to no row (e.g. a negative that equalled the positive): the kernel skips it.
+pub const SKIP: u32 = u32::MAX;
+
+/// What one step samples, from the sampler drivers of `crate::train`.
+pub enum Work<'a> {
+    /// (center, context) pairs: edges (LINE), or walks with `--kernel pair`.
+    Pairs(&'a [(NodeId, NodeId)]),
+    /// Walk segments, trained token by token.
+    Segments(&'a Segments),
+}
+
+/// The rows a plan trains in place: per matrix the rows of this rank (or its node) as cells
+/// (a model with one matrix gets it twice), and the batch's `REMOTE` rows.
+pub struct Cells<'a> {
+    pub matrices: [&'a [AtomicU32]; 2],
+    pub remote: &'a [AtomicU32],
+    pub dim: usize,
+}
+
+/// A model: how a step's work becomes a plan.
+pub trait Model: Send + Sync + Sized + 'static {
+    type Plan: Plan;
+
+    fn new(cfg: &TrainConfig) -> Self;
+
+    /// Plan a step's `work`: draw its negatives from `neg` with `rng` and reference every row
+    /// it touches through `refer` (row key `node << 1 | matrix` to reference: an in-place row,
+    /// `REMOTE | slot`, or a dense slot for [`Plan::gradients`]).
+    fn plan(
+        &self,
+        work: Work,
+        neg: &NegativePool,
+        rng: &mut Rng,
+        refer: &mut impl FnMut(u64) -> u32,
+    ) -> Self::Plan;
+}
+
+/// A planned batch.
+pub trait Plan: Send + 'static {
+    /// Every row reference of the plan (in-place, `REMOTE | slot` or `SKIP`), as flat lists.
+    fn references(&self) -> [&[u32]; 2];
+
+    /// The same lists, to rewrite (the row cache gives remote rows their slots).
+    fn references_mut(&mut self) -> [&mut [u32]; 2];
+
+    /// Training examples (positive pairs) in the batch.
+    fn examples(&self) -> usize;
+
+    /// Loss terms the batch's loss sums (positives and negatives), for the mean loss.
+    fn loss_terms(&self) -> u64;
+
+    /// HOGWILD: update the rows in place at learning rate `lr`, in parallel on the current
+    /// rayon pool; returns the (sampled) summed loss, NaN if any score was.
+    fn train(&self, rows: &Cells, lr: f32) -> f64;
+
+    /// The loss gradient of every row of `rows` (the references are dense slots into it, laid
+    /// out `slot * dim`), computed on the current rayon pool; returns (gradients laid out like
+    /// `rows`, summed loss).
+    fn gradients(&self, rows: &[f32], dim: usize) -> (Vec<f32>, f64);
+
+    /// Rewrite `REMOTE | i` (the batch's i-th remote row) to `REMOTE | slots[i]`.
+    fn remap_remote(&mut self, slots: &[u32]) {
+        for list in self.references_mut() {
+            for r in list.iter_mut() {
+                if *r != SKIP && *r & REMOTE != 0 {
+                    *r = REMOTE | slots[(*r & !REMOTE) as usize];
+                }
+            }
+        }
+    }
+
+    /// Train with the `REMOTE` references on a private copy of `rows` (their values as f32);
+    /// returns each copied row's change (its delta) and the summed loss.
+    fn train_copy(
+        &self,
+        matrices: [&[AtomicU32]; 2],
+        rows: &[f32],
+        dim: usize,
+        lr: f32,
+    ) -> (Vec<f32>, f64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let cells: Vec<AtomicU32> = rows.iter().map(|x| AtomicU32::new(x.to_bits())).collect();
+        let view = Cells {
+            matrices,
+            remote: &cells,
+            dim,
+        };
+        let loss = self.train(&view, lr);
+        let deltas = cells
+            .iter()
+            .zip(rows)
+            .map(|(c, o)| f32::from_bits(c.load(Relaxed)) - o)
+            .collect();
+        (deltas, loss)
+    }
+}
 
 /// `sum(a[i] * b[i])` with eight independent accumulators so that it vectorises.
 #[inline]

@@ -4,15 +4,264 @@
 //! Scores are clamped to [-MAX_SCORE, MAX_SCORE] like word2vec's sigmoid table.
 
 use std::sync::atomic::AtomicU32;
-use std::sync::atomic::Ordering::Relaxed;
 
-use super::{axpy, dot, sigmoid, softplus_neg};
+use super::cells::{add_to, load, prefetch, store};
+use super::{axpy, dot, sigmoid, softplus_neg, Cells, Model, Plan, Work};
+use crate::config::TrainConfig;
+use crate::graph::NodeId;
+use crate::sample::negatives::NegativePool;
+use crate::sample::walk::Segments;
+use crate::sample::Rng;
+
+pub use super::{REMOTE, SKIP};
 
 /// word2vec's MAX_EXP.
 pub const MAX_SCORE: f32 = 6.0;
 
-/// Slot marking a skipped negative (it equalled the context).
-pub const SKIP: u32 = u32::MAX;
+/// Skip-gram with negative sampling over vertex rows (matrix 0) and context rows (matrix 1; LINE
+/// first order uses matrix 0 for both): DeepWalk and node2vec train walk segments (or their
+/// pairs), LINE edge pairs.
+pub struct Sgns {
+    /// Negatives per positive pair (per output token of a segment).
+    k: usize,
+    /// Pairs that share one draw of negatives (`--shared-negatives`).
+    share: usize,
+    /// Matrix of context and negative rows.
+    tm: u64,
+    window: u32,
+}
+
+impl Model for Sgns {
+    type Plan = SgnsPlan;
+
+    fn new(cfg: &TrainConfig) -> Self {
+        Sgns {
+            k: cfg.negatives as usize,
+            share: cfg.shared_negatives,
+            tm: u64::from(cfg.matrices() > 1),
+            window: cfg.window,
+        }
+    }
+
+    fn plan(
+        &self,
+        work: Work,
+        neg: &NegativePool,
+        rng: &mut Rng,
+        refer: &mut impl FnMut(u64) -> u32,
+    ) -> SgnsPlan {
+        let (k, tm) = (self.k, self.tm);
+        let rows = match work {
+            Work::Pairs(pairs) => {
+                let (pidx, nidx) = plan(pairs, k, self.share, tm, neg, rng, refer);
+                PlanRows::Pairs { pidx, nidx }
+            }
+            Work::Segments(segs) => plan_segments(segs, k, tm, neg, rng, refer),
+        };
+        SgnsPlan {
+            rows,
+            k,
+            window: self.window,
+        }
+    }
+}
+
+/// A planned skip-gram batch.
+pub struct SgnsPlan {
+    rows: PlanRows,
+    k: usize,
+    window: u32,
+}
+
+/// Row references of pairs (see `plan`) or of walk segments (see `plan_segments`).
+enum PlanRows {
+    Pairs {
+        pidx: Vec<[u32; 2]>,
+        nidx: Vec<u32>,
+    },
+    Segments {
+        refs: Vec<[u32; 2]>,
+        wins: Vec<u32>,
+        segs: Vec<(u32, u32)>,
+        negs: Vec<u32>,
+        first_group: Vec<u32>,
+        pairs: usize,
+    },
+}
+
+impl Plan for SgnsPlan {
+    fn references(&self) -> [&[u32]; 2] {
+        match &self.rows {
+            PlanRows::Pairs { pidx, nidx } => [pidx.as_flattened(), nidx],
+            PlanRows::Segments { refs, negs, .. } => [refs.as_flattened(), negs],
+        }
+    }
+
+    fn references_mut(&mut self) -> [&mut [u32]; 2] {
+        match &mut self.rows {
+            PlanRows::Pairs { pidx, nidx } => [pidx.as_flattened_mut(), nidx],
+            PlanRows::Segments { refs, negs, .. } => [refs.as_flattened_mut(), negs],
+        }
+    }
+
+    fn examples(&self) -> usize {
+        match &self.rows {
+            PlanRows::Pairs { pidx, .. } => pidx.len(),
+            PlanRows::Segments { pairs, .. } => *pairs,
+        }
+    }
+
+    fn loss_terms(&self) -> u64 {
+        (self.examples() * (1 + self.k)) as u64
+    }
+
+    fn train(&self, rows: &Cells, lr: f32) -> f64 {
+        let [c, tg] = rows.matrices;
+        match &self.rows {
+            PlanRows::Pairs { pidx, nidx } => {
+                sgd_in_place(c, tg, rows.remote, rows.dim, pidx, nidx, self.k, lr)
+            }
+            PlanRows::Segments {
+                refs,
+                wins,
+                segs,
+                negs,
+                first_group,
+                ..
+            } => {
+                let seg_rows = SegmentRows {
+                    refs,
+                    wins,
+                    segs,
+                    negs,
+                    first_group,
+                };
+                sgd_segments(
+                    c,
+                    tg,
+                    rows.remote,
+                    rows.dim,
+                    &seg_rows,
+                    self.k,
+                    self.window,
+                    lr,
+                )
+            }
+        }
+    }
+
+    fn gradients(&self, rows: &[f32], dim: usize) -> (Vec<f32>, f64) {
+        match &self.rows {
+            PlanRows::Pairs { pidx, nidx } => batch_gradients(rows, dim, pidx, nidx, self.k),
+            // The batched update trains pairs: `--kernel token` is hogwild's (`TrainConfig`).
+            PlanRows::Segments { .. } => {
+                unreachable!("walk segments are trained by hogwild only")
+            }
+        }
+    }
+}
+
+/// Row references of walk segments for [`sgd_segments`]: per token its input (matrix 0)
+/// and output (matrix `tm`) rows, and `k` negatives from `neg` per group (output token with at
+/// least one input); a negative equal to its group's output node is `SKIP`.
+fn plan_segments(
+    segs: &Segments,
+    k: usize,
+    tm: u64,
+    neg: &NegativePool,
+    rng: &mut Rng,
+    refer: &mut impl FnMut(u64) -> u32,
+) -> PlanRows {
+    let mut first_group = Vec::with_capacity(segs.segs.len());
+    let mut outputs = Vec::new();
+    let mut pairs = 0;
+    for s in 0..segs.segs.len() {
+        first_group.push(outputs.len() as u32);
+        let (t, h) = segs.segment(s);
+        for (b, &(node, w)) in t.iter().enumerate() {
+            let (lo, hi) = crate::sample::walk::group_inputs(t.len(), h, b, w);
+            let m = group_size(lo, hi, b);
+            if m > 0 {
+                outputs.push(node);
+                pairs += m;
+            }
+        }
+    }
+    let mut drawn = vec![0u64; outputs.len() * k];
+    if neg.is_empty() {
+        drawn.clear();
+    } else {
+        neg.fill(rng, &mut drawn);
+    }
+    let negs = if drawn.is_empty() {
+        vec![SKIP; outputs.len() * k]
+    } else {
+        drawn
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                if n == outputs[i / k.max(1)] {
+                    SKIP
+                } else {
+                    refer((n << 1) | tm)
+                }
+            })
+            .collect()
+    };
+    let refs = segs
+        .tokens
+        .iter()
+        .map(|&(node, _)| [refer(node << 1), refer((node << 1) | tm)])
+        .collect();
+    PlanRows::Segments {
+        refs,
+        wins: segs.tokens.iter().map(|&(_, w)| w).collect(),
+        segs: segs.segs.clone(),
+        negs,
+        first_group,
+        pairs,
+    }
+}
+
+/// Row references of `pairs` (center in matrix 0, context in matrix `tm`) and `k` negatives per
+/// pair from `neg`, through `refer` (row key `node << 1 | matrix` -> reference). With
+/// `share` > 1, a chunk of `share` pairs shares one draw of negatives (PyTorch-BigGraph): far
+/// fewer distinct rows per pair. A negative equal to the pair's context is `SKIP`.
+fn plan(
+    pairs: &[(NodeId, NodeId)],
+    k: usize,
+    share: usize,
+    tm: u64,
+    neg: &NegativePool,
+    rng: &mut Rng,
+    refer: &mut impl FnMut(u64) -> u32,
+) -> (Vec<[u32; 2]>, Vec<u32>) {
+    let share = share.max(1);
+    // All of the batch's draws first (see `NegativePool::fill`), then the references.
+    let mut drawn = vec![0u64; pairs.len().div_ceil(share) * k];
+    if neg.is_empty() {
+        drawn.clear();
+    } else {
+        neg.fill(rng, &mut drawn);
+    }
+    let drawn: Vec<(u64, u32)> = drawn
+        .into_iter()
+        .map(|n| (n, refer((n << 1) | tm)))
+        .collect();
+    let mut pidx = Vec::with_capacity(pairs.len());
+    let mut nidx = Vec::with_capacity(pairs.len() * k);
+    for (i, &(c, x)) in pairs.iter().enumerate() {
+        pidx.push([refer(c << 1), refer((x << 1) | tm)]);
+        if drawn.is_empty() {
+            // No negatives exist (a graph without edges): every draw is skipped.
+            nidx.extend(std::iter::repeat(SKIP).take(k));
+            continue;
+        }
+        let d = &drawn[i / share * k..(i / share + 1) * k];
+        nidx.extend(d.iter().map(|&(n, sl)| if n == x { SKIP } else { sl }));
+    }
+    (pidx, nidx)
+}
 
 /// Add the gradients of `pairs` (center slot, context slot) with `k` negatives each into `grads`
 /// (same layout as `rows`: slot * dim). Returns the summed loss.
@@ -52,9 +301,6 @@ pub fn accumulate(
     }
     loss
 }
-
-/// Marks a reference to a fetched (remote) row in [`sgd_in_place`]: `REMOTE | slot`.
-pub const REMOTE: u32 = 1 << 31;
 
 /// [`sgd_in_place`] computes the loss of one pair in this many.
 pub const LOSS_SAMPLE: usize = 8;
@@ -894,125 +1140,6 @@ fn shared_row<'a>(
     &m[r * dim..(r + 1) * dim]
 }
 
-/// Hint the CPU to bring `cells` into cache (no effect on values; a no-op off x86-64).
-#[inline]
-fn prefetch(cells: &[AtomicU32]) {
-    #[cfg(target_arch = "x86_64")]
-    for line in cells.chunks(16) {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: a prefetch is a hint that never faults and changes no value; the address is
-        // that of a live row (SSE, which provides it, is part of the x86-64 baseline).
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = cells;
-}
-
-/// Copy a shared row into `out` (same length): vector moves, then single relaxed loads.
-#[inline]
-pub(crate) fn load(cells: &[AtomicU32], out: &mut [f32]) {
-    debug_assert_eq!(cells.len(), out.len());
-    let done = vector_copy(cells.as_ptr().cast(), out.as_mut_ptr().cast(), out.len());
-    for (o, c) in out[done..].iter_mut().zip(&cells[done..]) {
-        *o = f32::from_bits(c.load(Relaxed));
-    }
-}
-
-/// Copy `v` into a shared row (same length), as [`load`].
-#[inline]
-pub(crate) fn store(cells: &[AtomicU32], v: &[f32]) {
-    debug_assert_eq!(cells.len(), v.len());
-    let done = vector_copy(v.as_ptr().cast(), cells.as_ptr().cast_mut().cast(), v.len());
-    for (c, x) in cells[done..].iter().zip(&v[done..]) {
-        c.store(x.to_bits(), Relaxed);
-    }
-}
-
-/// Add `delta` to a shared row (same length), eight values at a time as [`vector_copy`] (each
-/// value is loaded, added to and stored with plain moves, so a racing update may be lost, as in
-/// word2vec's HOGWILD), then word by word with relaxed atomics.
-#[inline]
-pub(crate) fn add_to(cells: &[AtomicU32], delta: &[f32]) {
-    debug_assert_eq!(cells.len(), delta.len());
-    let mut done = 0;
-    #[cfg(all(target_arch = "x86_64", target_feature = "avx"))]
-    {
-        let blocks = delta.len().min(cells.len()) / 8;
-        if blocks > 0 {
-            // SAFETY: `cells` and `delta` are distinct slices (a shared row and a private
-            // buffer) of at least `blocks * 8` values. Each shared value is 4-byte aligned and
-            // within one cache line, so x86 loads and stores it whole: a racing update may be
-            // lost but no value is torn, as in `vector_copy`. No stack; registers declared.
-            unsafe {
-                std::arch::asm!(
-                    "2:",
-                    "vmovups {x}, ymmword ptr [{s}]",
-                    "vaddps {x}, {x}, ymmword ptr [{d}]",
-                    "vmovups ymmword ptr [{s}], {x}",
-                    "add {s}, 32",
-                    "add {d}, 32",
-                    "dec {b}",
-                    "jnz 2b",
-                    s = inout(reg) cells.as_ptr() => _,
-                    d = inout(reg) delta.as_ptr() => _,
-                    b = inout(reg) blocks => _,
-                    x = out(ymm_reg) _,
-                    options(nostack),
-                );
-            }
-            done = blocks * 8;
-        }
-    }
-    for (c, x) in cells[done..].iter().zip(&delta[done..]) {
-        c.store((f32::from_bits(c.load(Relaxed)) + x).to_bits(), Relaxed);
-    }
-}
-
-/// Copy a leading part of `n` 4-byte values from `src` to `dst` with 32-byte AVX moves; returns
-/// how many were copied (0 without AVX: the caller's relaxed atomics then copy everything). One
-/// side is a shared row that other threads read and write concurrently: word-by-word relaxed
-/// atomics compile to one scalar move per value, a third of the kernel's time (`cargo bench
-/// --bench kernels -- skipgram_in_place`). Inline assembly is outside Rust's memory model; these
-/// moves are the relaxed 4-byte loads and stores of the atomic path, done eight at a time. The
-/// other side is a private buffer.
-#[inline]
-fn vector_copy(src: *const u32, dst: *mut u32, n: usize) -> usize {
-    #[cfg(all(target_arch = "x86_64", target_feature = "avx"))]
-    {
-        let blocks = n / 8;
-        if blocks > 0 {
-            // SAFETY: callers pass `src` and `dst` from slices of `n` values that do not
-            // overlap (a shared row and a thread's private buffer), so both are valid for
-            // `blocks * 8` values. The values are 4-byte aligned and never cross a cache line,
-            // so x86 moves each of them whole: a racing update of the shared row may be lost
-            // (as in word2vec's HOGWILD) but no value is torn. The block touches no stack, and
-            // its registers are declared.
-            unsafe {
-                std::arch::asm!(
-                    "2:",
-                    "vmovups {x}, ymmword ptr [{s}]",
-                    "vmovups ymmword ptr [{d}], {x}",
-                    "add {s}, 32",
-                    "add {d}, 32",
-                    "dec {b}",
-                    "jnz 2b",
-                    s = inout(reg) src => _,
-                    d = inout(reg) dst => _,
-                    b = inout(reg) blocks => _,
-                    x = out(ymm_reg) _,
-                    options(nostack),
-                );
-            }
-        }
-        blocks * 8
-    }
-    #[cfg(not(all(target_arch = "x86_64", target_feature = "avx")))]
-    {
-        let _ = (src, dst, n);
-        0
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1191,6 +1318,7 @@ mod batch_tests {
 mod in_place_tests {
     use super::*;
     use rand::RngExt;
+    use std::sync::atomic::Ordering::Relaxed;
 
     fn cells(v: &[f32]) -> Vec<AtomicU32> {
         v.iter().map(|x| AtomicU32::new(x.to_bits())).collect()

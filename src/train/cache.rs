@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::model::sgns;
+use crate::model::cells;
 
 const EMPTY: u64 = u64::MAX;
 const CLEAN: u64 = u64::MAX;
@@ -154,7 +154,7 @@ impl RowCache {
         let (d, s) = (self.dim, slot as usize);
         adm.push_keys.push(self.key[s]);
         let base = &mut self.base[s * d..(s + 1) * d];
-        sgns::load(&self.cells[s * d..(s + 1) * d], &mut self.row);
+        cells::load(&self.cells[s * d..(s + 1) * d], &mut self.row);
         adm.push_vals
             .extend(self.row.iter().zip(base.iter()).map(|(now, b)| now - b));
         base.copy_from_slice(&self.row);
@@ -304,12 +304,12 @@ impl RowCache {
         let cells = &self.cells[s * d..(s + 1) * d];
         let base = &mut self.base[s * d..(s + 1) * d];
         if new {
-            sgns::store(cells, fresh);
+            cells::store(cells, fresh);
         } else {
             for ((r, b), f) in self.row.iter_mut().zip(base.iter()).zip(fresh) {
                 *r = f - b;
             }
-            sgns::add_to(cells, &self.row);
+            cells::add_to(cells, &self.row);
         }
         base.copy_from_slice(fresh);
         self.awaiting[s] = false;

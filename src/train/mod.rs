@@ -24,7 +24,7 @@ use crate::config::{
 };
 use crate::error::{Error, Result};
 use crate::graph::{csr, LocalGraph, NodeId};
-use crate::model::sgns;
+use crate::model::{self, cells, sgns::Sgns, Cells, Plan, Work};
 use crate::sample::edges::EdgeSampler;
 use crate::sample::negatives::NegativePool;
 use crate::sample::walk::{Segments, WalkEngine, WalkParams};
@@ -37,7 +37,6 @@ use replicated::Replica;
 
 /// Matrix ids: 0 holds vertex (input) rows, 1 context (output) rows.
 const VERTEX: usize = 0;
-const CONTEXT: usize = 1;
 
 /// Steps between refreshes of the negative pool.
 const NEG_REFRESH: u64 = 16;
@@ -48,7 +47,7 @@ pub struct Outcome {
 }
 
 /// Everything one rank trains with.
-pub struct Trainer<'a> {
+pub struct Trainer<'a, M: model::Model> {
     comm: &'a Comm,
     cfg: &'a TrainConfig,
     g: &'a LocalGraph,
@@ -57,8 +56,8 @@ pub struct Trainer<'a> {
     pool: rayon::ThreadPool,
     neg: NegativePool,
     rng: Rng,
-    /// Matrix of context and negative rows (CONTEXT, or VERTEX for LINE first order).
-    target_matrix: usize,
+    /// What a batch samples, the rows it touches and its kernels.
+    model: M,
     pub m: RankMetrics,
     step: u64,
     /// Per matrix and local row: (step stamp, batch slot) for deduplicating local rows.
@@ -89,7 +88,7 @@ pub struct Trainer<'a> {
     /// `--fetch alltoall`: the batch whose rows were asked for in the last exchange (they
     /// arrive with the next one, which then launches it), and the rows other ranks asked this
     /// rank for (per source rank, row heads), answered in the next exchange.
-    deferred: Option<Deferred>,
+    deferred: Option<Deferred<M::Plan>>,
     to_answer: Vec<Vec<u32>>,
     /// `--strategy replicated`: every row of every matrix, the same on every rank.
     replica: Option<Replica>,
@@ -110,19 +109,18 @@ struct Checkpointing {
     identity: String,
 }
 
-/// A planned and fetched batch: unique row keys (node << 1 | matrix), pair and negative slots,
-/// and the rows as f32.
-struct Batch {
+/// A planned and fetched batch: unique row keys (node << 1 | matrix), its plan (references are
+/// slots into `rows`), and the rows as f32.
+struct Batch<P> {
     keys: Vec<u64>,
-    pidx: Vec<[u32; 2]>,
-    nidx: Vec<u32>,
+    plan: P,
     rows: Vec<f32>,
 }
 
 /// A planned batch waiting for the rows it asked for (`--fetch alltoall`): per owner, the slots
 /// its rows go to, in request order.
-struct Deferred {
-    planned: Planned,
+struct Deferred<P> {
+    planned: P,
     lr: f32,
     step: u64,
     asked: Vec<Vec<(u32, bool)>>,
@@ -132,6 +130,8 @@ struct Deferred {
 struct Pending {
     keys: Vec<u64>,
     pairs: usize,
+    /// Loss terms of the batch (`Plan::loss_terms`).
+    terms: u64,
     rx: std::sync::mpsc::Receiver<(Vec<f32>, f64, f64)>,
     /// The step that launched it.
     step: u64,
@@ -215,7 +215,7 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
             _ => Ok(()),
         },
     )?;
-    let mut tr = Trainer::new(comm, cfg, &g)?;
+    let mut tr = Trainer::<Sgns>::new(comm, cfg, &g)?;
     tr.prepare_checkpoints()?;
     tr.m.seconds.load = load_secs;
     tr.m.memory_estimate_bytes = estimate;
@@ -272,7 +272,7 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     Ok(Outcome { metrics })
 }
 
-impl<'a> Trainer<'a> {
+impl<'a, M: model::Model> Trainer<'a, M> {
     pub fn new(comm: &'a Comm, cfg: &'a TrainConfig, g: &'a LocalGraph) -> Result<Self> {
         let rows = g.num_local();
         let one_matrix = cfg.matrices() == 1;
@@ -320,7 +320,7 @@ impl<'a> Trainer<'a> {
             pool,
             neg,
             rng: rng_for(seed, rank, 2),
-            target_matrix: if one_matrix { VERTEX } else { CONTEXT },
+            model: M::new(cfg),
             m: RankMetrics {
                 rank,
                 ..Default::default()
@@ -357,7 +357,7 @@ impl<'a> Trainer<'a> {
                         .iter_mut()
                         .map(|s| {
                             s.in_place_rows(me, n, node)
-                                .filter(|r| r.cells.len() / cfg.dim < sgns::REMOTE as usize)
+                                .filter(|r| r.cells.len() / cfg.dim < model::REMOTE as usize)
                         })
                         .collect()
                 };
@@ -757,7 +757,7 @@ impl<'a> Trainer<'a> {
     /// One collective step over this rank's pairs or walk segments (segments need hogwild).
     fn train(&mut self, work: Work, lr: f32) {
         let cfg = self.cfg;
-        let (comm, g, dim, k) = (self.comm, self.g, cfg.dim, cfg.negatives as usize);
+        let (comm, g, dim) = (self.comm, self.g, cfg.dim);
         if self.step % NEG_REFRESH == 0 || self.refresh_now {
             let t = Timer::start();
             self.neg.refresh(comm, &mut self.rng);
@@ -783,13 +783,8 @@ impl<'a> Trainer<'a> {
             self.hogwild_step(work, lr);
             return;
         }
-        let Work::Pairs(pairs) = work else {
-            unreachable!("walk segments are trained by hogwild only")
-        };
-
         // Plan: unique rows of the batch, keyed (node, matrix).
         let t = Timer::start();
-        let tm = self.target_matrix as u64;
         let me = comm.rank();
         self.stamp += 1;
         let stamp = self.stamp;
@@ -814,15 +809,7 @@ impl<'a> Trainer<'a> {
                 })
             }
         };
-        let (pidx, nidx) = plan(
-            pairs,
-            k,
-            cfg.shared_negatives,
-            tm,
-            &self.neg,
-            &mut self.rng,
-            &mut slot,
-        );
+        let plan = self.model.plan(work, &self.neg, &mut self.rng, &mut slot);
         self.m.seconds.sample += t.secs();
 
         // Fetch: local rows directly, remote rows one-sidedly, grouped by matrix and owner.
@@ -883,12 +870,7 @@ impl<'a> Trainer<'a> {
         }
         self.m.seconds.fetch += t.secs();
 
-        let batch = Batch {
-            keys,
-            pidx,
-            nidx,
-            rows,
-        };
+        let batch = Batch { keys, plan, rows };
         let pending = self.launch(batch);
         if self.cfg.max_staleness == 0 {
             self.finish(pending, lr);
@@ -908,9 +890,8 @@ impl<'a> Trainer<'a> {
     /// caller samples the next batch while they run.
     fn hogwild_step(&mut self, work: Work, lr: f32) {
         let (comm, g, cfg) = (self.comm, self.g, self.cfg);
-        let (dim, k, window) = (cfg.dim, cfg.negatives as usize, cfg.window);
+        let dim = cfg.dim;
         let t = Timer::start();
-        let tm = self.target_matrix as u64;
         let part = &g.part;
         let in_place = self
             .shared
@@ -926,7 +907,7 @@ impl<'a> Trainer<'a> {
             match in_place[(key & 1) as usize].first_row[owner] {
                 Some(first) => first + row as u32,
                 None => {
-                    sgns::REMOTE
+                    model::REMOTE
                         | *remote_slot.entry(key).or_insert_with(|| {
                             keys.push(key);
                             (keys.len() - 1) as u32
@@ -934,13 +915,13 @@ impl<'a> Trainer<'a> {
                 }
             }
         };
-        let planned = Planned::of(work, cfg, tm, &self.neg, &mut self.rng, &mut refer);
+        let planned = self.model.plan(work, &self.neg, &mut self.rng, &mut refer);
         // Rows read in place: every reference to this node (a row may be read by several pairs).
         let (mut local, mut remote) = (0u64, 0u64);
-        for &r in planned.references() {
-            if r & sgns::REMOTE == 0 {
+        for &r in planned.references().into_iter().flatten() {
+            if r & model::REMOTE == 0 {
                 local += 1;
-            } else if r != sgns::SKIP {
+            } else if r != model::SKIP {
                 remote += 1;
             }
         }
@@ -993,16 +974,16 @@ impl<'a> Trainer<'a> {
         }
         self.m.seconds.fetch += t.secs();
 
-        let (centers, targets) = (in_place[VERTEX].cells, in_place[self.target_matrix].cells);
+        let (centers, targets) = (in_place[VERTEX].cells, in_place[in_place.len() - 1].cells);
         let (tx, rx) = std::sync::mpsc::channel();
-        let npairs = planned.pairs();
+        let (npairs, terms) = (planned.examples(), planned.loss_terms());
         let done = self.pool_started();
         self.pool.spawn(move || {
             let t = Timer::start();
             // SAFETY: the trainer keeps its shards alive and takes no `&mut` access to their
             // windows until it has received this task's result (`finish`, `drain`, `Drop`).
             let (c, tg) = unsafe { (centers.cells(), targets.cells()) };
-            let (deltas, loss) = planned.train_copy(c, tg, &rows, dim, k, window, lr);
+            let (deltas, loss) = planned.train_copy([c, tg], &rows, dim, lr);
             let secs = t.secs();
             done();
             // The receiver only disappears if the rank is already failing.
@@ -1011,6 +992,7 @@ impl<'a> Trainer<'a> {
         self.pending.push_back(Pending {
             keys,
             pairs: npairs,
+            terms,
             rx,
             step: self.step,
             cached: false,
@@ -1038,7 +1020,7 @@ impl<'a> Trainer<'a> {
     /// Hogwild across nodes with the row cache: give the batch's remote rows cache slots,
     /// exchange deltas and rows with their owners (collective), and launch the batch. Up to
     /// `CACHE_DEPTH` batches are on the pool, so the exchange overlaps the previous batch.
-    fn cached_launch(&mut self, mut planned: Planned, keys: Vec<u64>, lr: f32) {
+    fn cached_launch(&mut self, mut planned: M::Plan, keys: Vec<u64>, lr: f32) {
         while self.pending.len() >= CACHE_DEPTH {
             let prev = self.pending.pop_front().expect("pending batch");
             self.finish(prev, lr);
@@ -1116,20 +1098,25 @@ impl<'a> Trainer<'a> {
     }
 
     /// Put a batch whose rows are all in place or cached on the pool.
-    fn launch_cached(&mut self, planned: Planned, lr: f32, step: u64) {
+    fn launch_cached(&mut self, planned: M::Plan, lr: f32, step: u64) {
         let in_place = self.shared.clone().expect("hogwild rows");
-        let (centers, targets) = (in_place[VERTEX].cells, in_place[self.target_matrix].cells);
+        let (centers, targets) = (in_place[VERTEX].cells, in_place[in_place.len() - 1].cells);
         let remote = self.cache.as_ref().expect("cache").cells.clone();
-        let (dim, k, window) = (self.cfg.dim, self.cfg.negatives as usize, self.cfg.window);
+        let dim = self.cfg.dim;
         let (tx, rx) = std::sync::mpsc::channel();
-        let npairs = planned.pairs();
+        let (npairs, terms) = (planned.examples(), planned.loss_terms());
         let done = self.pool_started();
         self.pool.spawn(move || {
             let t = Timer::start();
             // SAFETY: as in `hogwild_step`: the trainer keeps its shards alive and takes no
             // `&mut` access to their windows until it has received this task's result.
             let (c, tg) = unsafe { (centers.cells(), targets.cells()) };
-            let loss = planned.train(c, tg, &remote, dim, k, window, lr);
+            let rows = Cells {
+                matrices: [c, tg],
+                remote: &remote,
+                dim,
+            };
+            let loss = planned.train(&rows, lr);
             // Let go of the cache's rows before reporting: the trainer may then grow it.
             drop(remote);
             let secs = t.secs();
@@ -1140,6 +1127,7 @@ impl<'a> Trainer<'a> {
         self.pending.push_back(Pending {
             keys: Vec::new(),
             pairs: npairs,
+            terms,
             rx,
             step,
             cached: true,
@@ -1229,7 +1217,7 @@ impl<'a> Trainer<'a> {
                 // their windows while cells are in use; pool tasks update rows with relaxed
                 // atomic accesses, as these are.
                 let cells = unsafe { in_place[m].cells.cells() };
-                sgns::load(&cells[at..at + dim], &mut row);
+                cells::load(&cells[at..at + dim], &mut row);
                 encode_row(wire, &row, &mut enc);
                 b.extend_from_slice(&enc);
             }
@@ -1279,7 +1267,7 @@ impl<'a> Trainer<'a> {
                 decode_row(wire, &r[4..], &mut row);
                 // SAFETY: as above.
                 let cells = unsafe { in_place[m].cells.cells() };
-                sgns::add_to(&cells[o..o + dim], &row);
+                cells::add_to(&cells[o..o + dim], &row);
             }
             let reqs = u32_at(b, at);
             at += 4;
@@ -1366,25 +1354,21 @@ impl<'a> Trainer<'a> {
     }
 
     /// Start computing a batch's gradients on the pool; returns at once.
-    fn launch(&self, b: Batch) -> Pending {
-        let (dim, k) = (self.cfg.dim, self.cfg.negatives as usize);
+    fn launch(&self, b: Batch<M::Plan>) -> Pending {
+        let dim = self.cfg.dim;
         let (tx, rx) = std::sync::mpsc::channel();
-        let pairs = b.pidx.len();
-        let Batch {
-            keys,
-            pidx,
-            nidx,
-            rows,
-        } = b;
+        let (pairs, terms) = (b.plan.examples(), b.plan.loss_terms());
+        let Batch { keys, plan, rows } = b;
         self.pool.spawn(move || {
             let t = Timer::start();
-            let (grads, loss) = sgns::batch_gradients(&rows, dim, &pidx, &nidx, k);
+            let (grads, loss) = plan.gradients(&rows, dim);
             // The receiver only disappears if the rank is already failing.
             let _ = tx.send((grads, loss, t.secs()));
         });
         Pending {
             keys,
             pairs,
+            terms,
             rx,
             step: self.step,
             cached: false,
@@ -1393,7 +1377,7 @@ impl<'a> Trainer<'a> {
 
     /// Wait for a launched batch, check it, push its gradients and apply them.
     fn finish(&mut self, p: Pending, lr: f32) {
-        let (comm, g, dim, k) = (self.comm, self.g, self.cfg.dim, self.cfg.negatives as usize);
+        let (comm, g, dim) = (self.comm, self.g, self.cfg.dim);
         let me = comm.rank();
         let t = Timer::start();
         let Ok((grads, loss, compute_secs)) = p.rx.recv() else {
@@ -1410,7 +1394,7 @@ impl<'a> Trainer<'a> {
                 fatal(comm, Some(self.step), &"non-finite loss; lower --lr");
             }
             self.m.loss_sum += loss;
-            self.m.loss_terms += (p.pairs * (1 + k)) as u64;
+            self.m.loss_terms += p.terms;
             self.m.pairs += p.pairs as u64;
             self.m.steps += 1;
             return;
@@ -1457,7 +1441,7 @@ impl<'a> Trainer<'a> {
         }
         if finite {
             self.m.loss_sum += loss;
-            self.m.loss_terms += (p.pairs * (1 + k)) as u64;
+            self.m.loss_terms += p.terms;
             self.m.pairs += p.pairs as u64;
         }
 
@@ -1628,243 +1612,6 @@ fn cache_capacity(cfg: &TrainConfig, g: &LocalGraph, rows: &[InPlaceRows]) -> us
     }
 }
 
-/// What a hogwild step trains: pairs (LINE, or walks with `--kernel pair`), or walk segments
-/// trained token by token (`sgns::sgd_segments`).
-enum Work<'a> {
-    Pairs(&'a [(NodeId, NodeId)]),
-    Segments(&'a Segments),
-}
-
-/// A hogwild step's row references (see `plan` and `plan_segments`).
-enum Planned {
-    Pairs {
-        pidx: Vec<[u32; 2]>,
-        nidx: Vec<u32>,
-    },
-    Segments {
-        refs: Vec<[u32; 2]>,
-        wins: Vec<u32>,
-        segs: Vec<(u32, u32)>,
-        negs: Vec<u32>,
-        first_group: Vec<u32>,
-        pairs: usize,
-    },
-}
-
-impl Planned {
-    /// Row references of a step's work through `refer` (see `plan` and `plan_segments`).
-    fn of(
-        work: Work,
-        cfg: &TrainConfig,
-        tm: u64,
-        neg: &NegativePool,
-        rng: &mut Rng,
-        refer: &mut impl FnMut(u64) -> u32,
-    ) -> Planned {
-        let k = cfg.negatives as usize;
-        match work {
-            Work::Pairs(pairs) => {
-                let (pidx, nidx) = plan(pairs, k, cfg.shared_negatives, tm, neg, rng, refer);
-                Planned::Pairs { pidx, nidx }
-            }
-            Work::Segments(segs) => plan_segments(segs, k, tm, neg, rng, refer),
-        }
-    }
-
-    /// Train with the `REMOTE` references on a copy of `rows` (their values as f32); returns
-    /// each copied row's change (its delta) and the sampled loss.
-    #[allow(clippy::too_many_arguments)]
-    fn train_copy(
-        &self,
-        c: &[std::sync::atomic::AtomicU32],
-        tg: &[std::sync::atomic::AtomicU32],
-        rows: &[f32],
-        dim: usize,
-        k: usize,
-        window: u32,
-        lr: f32,
-    ) -> (Vec<f32>, f64) {
-        use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
-        let cells: Vec<AtomicU32> = rows.iter().map(|x| AtomicU32::new(x.to_bits())).collect();
-        let loss = self.train(c, tg, &cells, dim, k, window, lr);
-        let deltas = cells
-            .iter()
-            .zip(rows)
-            .map(|(c, o)| f32::from_bits(c.load(Relaxed)) - o)
-            .collect();
-        (deltas, loss)
-    }
-
-    /// Rewrite `REMOTE | i` (the batch's i-th remote row) to `REMOTE | slots[i]`.
-    fn remap_remote(&mut self, slots: &[u32]) {
-        let (a, b) = match self {
-            Planned::Pairs { pidx, nidx } => (pidx, nidx),
-            Planned::Segments { refs, negs, .. } => (refs, negs),
-        };
-        for r in a.iter_mut().flatten().chain(b.iter_mut()) {
-            if *r != sgns::SKIP && *r & sgns::REMOTE != 0 {
-                *r = sgns::REMOTE | slots[(*r & !sgns::REMOTE) as usize];
-            }
-        }
-    }
-
-    /// Run the batch's in-place updates (on the current pool); returns the sampled loss.
-    #[allow(clippy::too_many_arguments)]
-    fn train(
-        &self,
-        c: &[std::sync::atomic::AtomicU32],
-        tg: &[std::sync::atomic::AtomicU32],
-        remote: &[std::sync::atomic::AtomicU32],
-        dim: usize,
-        k: usize,
-        window: u32,
-        lr: f32,
-    ) -> f64 {
-        match self {
-            Planned::Pairs { pidx, nidx } => {
-                sgns::sgd_in_place(c, tg, remote, dim, pidx, nidx, k, lr)
-            }
-            Planned::Segments {
-                refs,
-                wins,
-                segs,
-                negs,
-                first_group,
-                ..
-            } => {
-                let rows = sgns::SegmentRows {
-                    refs,
-                    wins,
-                    segs,
-                    negs,
-                    first_group,
-                };
-                sgns::sgd_segments(c, tg, remote, dim, &rows, k, window, lr)
-            }
-        }
-    }
-
-    fn references(&self) -> impl Iterator<Item = &u32> {
-        let (a, b) = match self {
-            Planned::Pairs { pidx, nidx } => (pidx, nidx),
-            Planned::Segments { refs, negs, .. } => (refs, negs),
-        };
-        a.iter().flatten().chain(b)
-    }
-
-    fn pairs(&self) -> usize {
-        match self {
-            Planned::Pairs { pidx, .. } => pidx.len(),
-            Planned::Segments { pairs, .. } => *pairs,
-        }
-    }
-}
-
-/// Row references of walk segments for `sgns::sgd_segments`: per token its input (matrix 0)
-/// and output (matrix `tm`) rows, and `k` negatives from `neg` per group (output token with at
-/// least one input); a negative equal to its group's output node is `sgns::SKIP`.
-fn plan_segments(
-    segs: &Segments,
-    k: usize,
-    tm: u64,
-    neg: &NegativePool,
-    rng: &mut Rng,
-    refer: &mut impl FnMut(u64) -> u32,
-) -> Planned {
-    let mut first_group = Vec::with_capacity(segs.segs.len());
-    let mut outputs = Vec::new();
-    let mut pairs = 0;
-    for s in 0..segs.segs.len() {
-        first_group.push(outputs.len() as u32);
-        let (t, h) = segs.segment(s);
-        for (b, &(node, w)) in t.iter().enumerate() {
-            let (lo, hi) = crate::sample::walk::group_inputs(t.len(), h, b, w);
-            let m = sgns::group_size(lo, hi, b);
-            if m > 0 {
-                outputs.push(node);
-                pairs += m;
-            }
-        }
-    }
-    let mut drawn = vec![0u64; outputs.len() * k];
-    if neg.is_empty() {
-        drawn.clear();
-    } else {
-        neg.fill(rng, &mut drawn);
-    }
-    let negs = if drawn.is_empty() {
-        vec![sgns::SKIP; outputs.len() * k]
-    } else {
-        drawn
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| {
-                if n == outputs[i / k.max(1)] {
-                    sgns::SKIP
-                } else {
-                    refer((n << 1) | tm)
-                }
-            })
-            .collect()
-    };
-    let refs = segs
-        .tokens
-        .iter()
-        .map(|&(node, _)| [refer(node << 1), refer((node << 1) | tm)])
-        .collect();
-    Planned::Segments {
-        refs,
-        wins: segs.tokens.iter().map(|&(_, w)| w).collect(),
-        segs: segs.segs.clone(),
-        negs,
-        first_group,
-        pairs,
-    }
-}
-
-/// Row references of `pairs` (center in matrix 0, context in matrix `tm`) and `k` negatives per
-/// pair from `neg`, through `refer` (row key `node << 1 | matrix` -> reference). With
-/// `share` > 1, a chunk of `share` pairs shares one draw of negatives (PyTorch-BigGraph): far
-/// fewer distinct rows per pair. A negative equal to the pair's context is `sgns::SKIP`.
-fn plan(
-    pairs: &[(NodeId, NodeId)],
-    k: usize,
-    share: usize,
-    tm: u64,
-    neg: &NegativePool,
-    rng: &mut Rng,
-    refer: &mut impl FnMut(u64) -> u32,
-) -> (Vec<[u32; 2]>, Vec<u32>) {
-    let share = share.max(1);
-    // All of the batch's draws first (see `NegativePool::fill`), then the references.
-    let mut drawn = vec![0u64; pairs.len().div_ceil(share) * k];
-    if neg.is_empty() {
-        drawn.clear();
-    } else {
-        neg.fill(rng, &mut drawn);
-    }
-    let drawn: Vec<(u64, u32)> = drawn
-        .into_iter()
-        .map(|n| (n, refer((n << 1) | tm)))
-        .collect();
-    let mut pidx = Vec::with_capacity(pairs.len());
-    let mut nidx = Vec::with_capacity(pairs.len() * k);
-    for (i, &(c, x)) in pairs.iter().enumerate() {
-        pidx.push([refer(c << 1), refer((x << 1) | tm)]);
-        if drawn.is_empty() {
-            // No negatives exist (a graph without edges): every draw is skipped.
-            nidx.extend(std::iter::repeat(sgns::SKIP).take(k));
-            continue;
-        }
-        let d = &drawn[i / share * k..(i / share + 1) * k];
-        nidx.extend(
-            d.iter()
-                .map(|&(n, sl)| if n == x { sgns::SKIP } else { sl }),
-        );
-    }
-    (pidx, nidx)
-}
-
 /// Read the remote rows `remote[owner] = [(slot, row)]` of `shard` one-sidedly into
 /// `rows[slot]` as f32. Returns the number of rows read (the caller counts their bytes in
 /// `fetch_bytes` and `one_sided_bytes`).
@@ -1913,7 +1660,7 @@ fn fetch_remote(
     count
 }
 
-impl Drop for Trainer<'_> {
+impl<M: model::Model> Drop for Trainer<'_, M> {
     /// A task may still update rows in place: wait for it before the shards go away.
     fn drop(&mut self) {
         for p in self.pending.drain(..) {

@@ -18,9 +18,9 @@ use std::sync::mpsc::Receiver;
 
 use rand::RngExt;
 
-use super::{Planned, Trainer, Work, VERTEX};
+use super::{Trainer, VERTEX};
 use crate::config::{Sync, TrainConfig};
-use crate::model::sgns;
+use crate::model::{self, Model, Plan, Work};
 use crate::sample::rng_for;
 use crate::spmd::fatal;
 use crate::stats::Timer;
@@ -31,9 +31,9 @@ pub(super) struct Replica {
     rows: Vec<Vec<f32>>,
     /// `--sync dense`: per matrix, the step's gradient matrix (zero between steps).
     dense: Vec<Vec<f32>>,
-    /// The batch on the pool: its row keys (node << 1 | matrix), its pairs, and where its
-    /// (deltas, loss, compute seconds) arrive.
-    pending: Option<(Vec<u64>, usize, Receiver<TaskResult>)>,
+    /// The batch on the pool: its row keys (node << 1 | matrix), its pairs and loss terms, and
+    /// where its (deltas, loss, compute seconds) arrive.
+    pending: Option<(Vec<u64>, [u64; 2], Receiver<TaskResult>)>,
 }
 
 /// What a batch's pool task sends back: its deltas, its sampled loss, its compute seconds.
@@ -68,27 +68,30 @@ impl Replica {
     }
 }
 
-impl Trainer<'_> {
+impl<M: Model> Trainer<'_, M> {
     /// Plan the batch (every row it touches gets a slot in its copy), end the previous step
     /// (collective: its deltas are exchanged and added to every replica), then read this
     /// batch's rows from the replica and launch it on the pool.
     pub(super) fn replicated_step(&mut self, work: Work, lr: f32) {
-        let (cfg, dim) = (self.cfg, self.cfg.dim);
-        let (k, window) = (cfg.negatives as usize, cfg.window);
+        let dim = self.cfg.dim;
         let t = Timer::start();
-        let tm = self.target_matrix as u64;
         let slots = &mut self.remote_slot;
         slots.clear();
         let mut keys: Vec<u64> = Vec::new();
         let mut refer = |key: u64| -> u32 {
-            sgns::REMOTE
+            model::REMOTE
                 | *slots.entry(key).or_insert_with(|| {
                     keys.push(key);
                     (keys.len() - 1) as u32
                 })
         };
-        let planned = Planned::of(work, cfg, tm, &self.neg, &mut self.rng, &mut refer);
-        self.m.local_rows += planned.references().filter(|&&r| r != sgns::SKIP).count() as u64;
+        let planned = self.model.plan(work, &self.neg, &mut self.rng, &mut refer);
+        self.m.local_rows += planned
+            .references()
+            .into_iter()
+            .flatten()
+            .filter(|&&r| r != model::SKIP)
+            .count() as u64;
         self.m.seconds.sample += t.secs();
 
         self.replica_finish();
@@ -104,25 +107,26 @@ impl Trainer<'_> {
         }
         self.m.seconds.fetch += t.secs();
         let (tx, rx) = std::sync::mpsc::channel();
-        let npairs = planned.pairs();
+        let (npairs, terms) = (planned.examples(), planned.loss_terms());
         let done = self.pool_started();
         self.pool.spawn(move || {
             let t = Timer::start();
             // Every reference is to the batch's copy: no row is updated in place.
-            let (deltas, loss) = planned.train_copy(&[], &[], &rows, dim, k, window, lr);
+            let (deltas, loss) = planned.train_copy([&[], &[]], &rows, dim, lr);
             let secs = t.secs();
             done();
             // The receiver only disappears if the rank is already failing.
             let _ = tx.send((deltas, loss, secs));
         });
-        self.replica.as_mut().expect("replica").pending = Some((keys, npairs, rx));
+        self.replica.as_mut().expect("replica").pending = Some((keys, [npairs as u64, terms], rx));
     }
 
     /// Collective: wait for the batch on the pool and make the replicas equal: every rank's
     /// deltas are added to every replica, in rank order.
     pub(super) fn replica_finish(&mut self) {
-        let (comm, dim, k) = (self.comm, self.cfg.dim, self.cfg.negatives as usize);
-        let Some((keys, pairs, rx)) = self.replica.as_mut().and_then(|r| r.pending.take()) else {
+        let (comm, dim) = (self.comm, self.cfg.dim);
+        let Some((keys, [pairs, terms], rx)) = self.replica.as_mut().and_then(|r| r.pending.take())
+        else {
             return;
         };
         let t = Timer::start();
@@ -139,8 +143,8 @@ impl Trainer<'_> {
             fatal(comm, Some(self.step), &"non-finite loss; lower --lr");
         }
         self.m.loss_sum += loss;
-        self.m.loss_terms += (pairs * (1 + k)) as u64;
-        self.m.pairs += pairs as u64;
+        self.m.loss_terms += terms;
+        self.m.pairs += pairs;
         self.m.steps += 1;
 
         let (p, matrices) = (comm.size(), self.shards.len());
