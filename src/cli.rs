@@ -262,7 +262,21 @@ pub struct TrainCmd {
 #[derive(Debug, Args)]
 pub struct ConvertCmd {
     /// Text edge list: `src dst [weight]` per line; `#`/`%` comments
-    pub input: PathBuf,
+    #[arg(required_unless_present = "triples", conflicts_with = "triples")]
+    pub input: Option<PathBuf>,
+    /// Knowledge-graph triples instead: `head<TAB>relation<TAB>tail` per line, string ids
+    /// (datasets `src`, `rel`, `dst`, `node_names`, `relation_names`)
+    #[arg(long, value_name = "TRIPLES")]
+    pub triples: Option<PathBuf>,
+    /// With --triples: use the entity and relation ids of this converted file (valid and test
+    /// sets get the training file's ids; an unknown name is an error)
+    #[arg(long, requires = "triples", conflicts_with = "names_from")]
+    pub vocab_from: Option<PathBuf>,
+    /// With --triples: also give ids to the entities and relations of these triple files
+    /// (their triples are not written), e.g. valid and test sets whose entities never appear in
+    /// training, as in WN18RR; repeat or separate by commas
+    #[arg(long, requires = "triples", value_delimiter = ',')]
+    pub names_from: Vec<PathBuf>,
     #[arg(short = 'o', long)]
     pub output: PathBuf,
     /// Edges are directed (default: undirected)

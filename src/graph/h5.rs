@@ -138,6 +138,10 @@ impl EdgeFile {
         })
     }
 
+    pub fn file(&self) -> &hdf5::File {
+        &self.file
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -217,7 +221,7 @@ impl EdgeFile {
     }
 }
 
-fn read_attr_u64(file: &hdf5::File, path: &Path, name: &str) -> Result<Option<u64>> {
+pub fn read_attr_u64(file: &hdf5::File, path: &Path, name: &str) -> Result<Option<u64>> {
     match file.attr(name) {
         Ok(a) => a
             .read_scalar::<u64>()
@@ -234,7 +238,10 @@ pub struct EdgeWriter {
     src: hdf5::Dataset,
     dst: hdf5::Dataset,
     weight: Option<hdf5::Dataset>,
+    /// Knowledge graphs: the relation id of every edge (`push_triple`).
+    rel: Option<hdf5::Dataset>,
     buf: Vec<Edge>,
+    rels: Vec<u32>,
     written: usize,
     max_id: Option<NodeId>,
 }
@@ -269,9 +276,30 @@ impl EdgeWriter {
             src,
             dst,
             weight,
+            rel: None,
             buf: Vec::with_capacity(CHUNK),
+            rels: Vec::new(),
             written: 0,
             max_id: None,
+        })
+    }
+
+    /// A writer of triples (head, relation, tail): directed edges with a `rel` dataset.
+    pub fn create_triples(path: &Path) -> Result<EdgeWriter> {
+        let mut w = EdgeWriter::create(path, false)?;
+        w.rel = Some(extendable::<u32>(&w.file, path, "rel")?);
+        w.rels.reserve(CHUNK);
+        Ok(w)
+    }
+
+    /// Append a triple (a writer from `create_triples`).
+    pub fn push_triple(&mut self, head: NodeId, rel: u32, tail: NodeId) -> Result<()> {
+        debug_assert!(self.rel.is_some());
+        self.rels.push(rel);
+        self.push(Edge {
+            src: head,
+            dst: tail,
+            weight: 1.0,
         })
     }
 
@@ -305,6 +333,11 @@ impl EdgeWriter {
             w.resize(b).map_err(err)?;
             w.write_slice(&ws, a..b).map_err(err)?;
         }
+        if let Some(r) = &self.rel {
+            r.resize(b).map_err(err)?;
+            r.write_slice(&self.rels, a..b).map_err(err)?;
+            self.rels.clear();
+        }
         self.written = b;
         self.buf.clear();
         Ok(())
@@ -331,18 +364,46 @@ impl EdgeWriter {
         write_attr(&self.file, "format_version", u64::from(FORMAT_VERSION))
             .map_err(err("attribute format_version"))?;
         if let Some(names) = names {
-            let v: Vec<VarLenUnicode> = names
-                .iter()
-                .map(|s| s.parse().expect("node names hold no NUL bytes"))
-                .collect();
-            self.file
-                .new_dataset_builder()
-                .with_data(&v)
-                .create("node_names")
-                .map_err(err("dataset node_names"))?;
+            write_names(&self.file, &path, "node_names", names)?;
         }
         Ok((n, self.written as u64))
     }
+
+    /// `finish` for triples: also the relation count and the entity and relation names.
+    pub fn finish_triples(self, entities: &[String], relations: &[String]) -> Result<(u64, u64)> {
+        let (file, path) = (self.file.clone(), self.path.clone());
+        let out = self.finish(Some(entities.len() as u64), true, Some(entities))?;
+        write_attr(&file, "num_relations", relations.len() as u64)
+            .map_err(|e| Error::hdf5(&path, "attribute num_relations", e))?;
+        write_names(&file, &path, "relation_names", relations)?;
+        Ok(out)
+    }
+}
+
+/// A 1-D dataset of variable-length UTF-8 strings.
+pub fn write_names(file: &hdf5::File, path: &Path, name: &str, names: &[String]) -> Result<()> {
+    let v: Vec<VarLenUnicode> = names
+        .iter()
+        .map(|s| s.parse().expect("names hold no NUL bytes"))
+        .collect();
+    file.new_dataset_builder()
+        .with_data(&v)
+        .create(name)
+        .map_err(|e| Error::hdf5(path, format!("dataset {name}"), e))?;
+    Ok(())
+}
+
+/// The strings of dataset `name`, if it exists.
+pub fn read_names(file: &hdf5::File, path: &Path, name: &str) -> Result<Option<Vec<String>>> {
+    let Ok(ds) = file.dataset(name) else {
+        return Ok(None);
+    };
+    let v: Vec<VarLenUnicode> = ds
+        .read_raw()
+        .map_err(|e| Error::hdf5(path, format!("read dataset '{name}' (strings)"), e))?;
+    Ok(Some(
+        v.into_iter().map(|s| s.as_str().to_string()).collect(),
+    ))
 }
 
 fn write_attr(file: &hdf5::File, name: &str, v: u64) -> hdf5::Result<()> {

@@ -9,6 +9,7 @@ pub mod node;
 pub mod partition;
 pub mod reorder;
 pub mod text;
+pub mod triples;
 
 pub use csr::LocalGraph;
 pub use partition::Partitioner;
