@@ -228,6 +228,23 @@ pub enum EvalCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Knowledge-graph completion: filtered MRR, MR and Hits@1/3/10 of head and tail prediction
+    /// against all entities
+    Kg {
+        /// Output of `graphscale train --model distmult|complex|transe|rotate`
+        #[arg(long)]
+        embeddings: PathBuf,
+        /// Test triples converted with `graphscale convert --triples ... --vocab-from TRAIN`
+        #[arg(long)]
+        test: PathBuf,
+        /// Triple files whose triples are known true (filtered setting), e.g. train.h5,valid.h5;
+        /// the test triples always are
+        #[arg(long, value_delimiter = ',')]
+        filter: Vec<PathBuf>,
+        /// Print {"mrr": .., "mr": .., "hits@1": .., "hits@3": .., "hits@10": ..}
+        #[arg(long)]
+        json: bool,
+    },
     /// Node classification (DeepWalk protocol): one-vs-rest logistic regression, Micro/Macro-F1
     Nodeclf {
         #[arg(long)]

@@ -15,6 +15,57 @@ pub enum Model {
     Deepwalk,
     Node2vec,
     Line,
+    /// Knowledge graphs (triples): `<h, r, t>`
+    Distmult,
+    /// Knowledge graphs: `Re(<h, r, conj(t)>)`
+    Complex,
+    /// Knowledge graphs: `gamma - ||h + r - t||_1`
+    Transe,
+    /// Knowledge graphs: `gamma - sum |h o e^(i theta) - t|`
+    Rotate,
+}
+
+impl Model {
+    /// A knowledge-graph model (trains triples; `graphscale convert --triples`).
+    pub fn is_kg(self) -> bool {
+        matches!(
+            self,
+            Model::Distmult | Model::Complex | Model::Transe | Model::Rotate
+        )
+    }
+}
+
+/// Knowledge-graph loss over a positive's score and its negatives'.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum KgLoss {
+    /// Cross-entropy of the positive among itself and its negatives
+    Softmax,
+    /// softplus(-positive) + mean (or self-adversarial weighted) softplus(negative)
+    Logistic,
+    /// Mean hinge max(0, gamma - positive + negative)
+    Margin,
+}
+
+/// Knowledge-graph regularisation of the factors of every positive triple.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Reg {
+    None,
+    /// Nuclear 3-norm: sum |x|^3 (complex moduli for complex and rotate)
+    N3,
+    /// sum x^2
+    L2,
+}
+
+/// How knowledge-graph negatives are drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum NegSampling {
+    /// Every entity alike
+    Uniform,
+    /// By degree^0.75 (as the walk models' negatives)
+    Degree,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -199,6 +250,27 @@ pub struct RawTrain {
     /// Bound every pushed row gradient to this L2 norm (0: no clipping).
     #[arg(long)]
     pub clip_grad: Option<f32>,
+    /// Knowledge-graph models: loss over a triple's score and its negatives' (default:
+    /// softmax; logistic for transe and rotate)
+    #[arg(long, value_enum)]
+    pub loss: Option<KgLoss>,
+    /// Knowledge-graph models: regularisation of every positive's factors (default: n3 for
+    /// distmult and complex, none for transe and rotate)
+    #[arg(long, value_enum)]
+    pub regularization: Option<Reg>,
+    /// Knowledge-graph models: weight of --regularization
+    #[arg(long)]
+    pub reg_weight: Option<f32>,
+    /// Knowledge-graph models: margin gamma of transe and rotate scores and of --loss margin
+    #[arg(long)]
+    pub gamma: Option<f32>,
+    /// Knowledge-graph models, --loss logistic: weight negatives by softmax(alpha x score)
+    /// (RotatE's self-adversarial sampling; 0: uniform)
+    #[arg(long)]
+    pub adversarial_temperature: Option<f32>,
+    /// Knowledge-graph models: how negatives are drawn (uniform or degree)
+    #[arg(long, value_enum)]
+    pub negative_sampling: Option<NegSampling>,
     /// Test hook: make one rank fail, `rank=R,step=S,kind=panic|exit|hang|kill`.
     #[arg(long, hide = true)]
     #[serde(skip)]
@@ -293,6 +365,12 @@ struct FileTraining {
     seed: Option<u64>,
     on_nan: Option<OnNan>,
     clip_grad: Option<f32>,
+    loss: Option<KgLoss>,
+    regularization: Option<Reg>,
+    reg_weight: Option<f32>,
+    gamma: Option<f32>,
+    adversarial_temperature: Option<f32>,
+    negative_sampling: Option<NegSampling>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -355,6 +433,12 @@ impl RawTrain {
             resume: f.checkpoint.resume,
             on_nan: f.training.on_nan,
             clip_grad: f.training.clip_grad,
+            loss: f.training.loss,
+            regularization: f.training.regularization,
+            reg_weight: f.training.reg_weight,
+            gamma: f.training.gamma,
+            adversarial_temperature: f.training.adversarial_temperature,
+            negative_sampling: f.training.negative_sampling,
             inject_fault: None,
         })
     }
@@ -407,6 +491,12 @@ impl RawTrain {
             resume,
             on_nan,
             clip_grad,
+            loss,
+            regularization,
+            reg_weight,
+            gamma,
+            adversarial_temperature,
+            negative_sampling,
             inject_fault
         )
     }
@@ -464,6 +554,12 @@ pub struct TrainConfig {
     pub resume: Option<PathBuf>,
     pub on_nan: OnNan,
     pub clip_grad: f32,
+    pub kg_loss: KgLoss,
+    pub reg: Reg,
+    pub reg_weight: f32,
+    pub gamma: f32,
+    pub adversarial_temperature: f32,
+    pub negative_sampling: NegSampling,
     #[serde(skip)]
     pub inject_fault: Option<Fault>,
 }
@@ -648,6 +744,16 @@ pub fn ranks_on_this_node() -> usize {
 
 /// Where a run without `-o` writes its embeddings: `<graph stem>.emb.h5` next to the graph
 /// (a finished run is never discarded).
+/// Knowledge-graph defaults (without a config): dimension, negatives shared by a chunk of
+/// positives, triples per step over all ranks, epochs, and the N3 weight of distmult and
+/// complex (measured on WN18RR: docs/results.md).
+pub const KG_DIM: usize = 200;
+pub const KG_NEGATIVES: u32 = 256;
+pub const KG_CHUNK: usize = 64;
+pub const KG_BATCH: usize = 1024;
+pub const KG_EPOCHS: u32 = 30;
+pub const KG_N3: f32 = 0.05;
+
 pub fn default_output(graph: &std::path::Path) -> PathBuf {
     let stem = graph
         .file_stem()
@@ -682,7 +788,15 @@ impl TrainConfig {
             return bad("--graph is required (an HDF5 edge file; see `graphscale convert`)".into());
         };
         let model = r.model.unwrap_or(Model::Deepwalk);
-        let optimizer = r.optimizer.unwrap_or(Optimizer::Sgd);
+        let kg = model.is_kg();
+        let distance = matches!(model, Model::Transe | Model::Rotate);
+        // Knowledge-graph models update through the owner's optimizer; row-wise Adagrad is
+        // what PyTorch-BigGraph and DGL-KE use.
+        let optimizer = r.optimizer.unwrap_or(if kg {
+            Optimizer::Adagrad
+        } else {
+            Optimizer::Sgd
+        });
         let r_wire = r.wire_dtype;
         let default_lr = match optimizer {
             Optimizer::Sgd | Optimizer::Momentum => 0.025,
@@ -698,7 +812,7 @@ impl TrainConfig {
             graph,
             metrics: r.metrics,
             model,
-            dim: r.dim.unwrap_or(128),
+            dim: r.dim.unwrap_or(if kg { KG_DIM } else { 128 }),
             dtype: r.dtype.unwrap_or(Dtype::F32),
             optimizer,
             momentum: r.momentum.unwrap_or(0.9),
@@ -707,16 +821,16 @@ impl TrainConfig {
             walks_per_node: r.walks_per_node.unwrap_or(10),
             walk_length: r.walk_length.unwrap_or(80),
             window: r.window.unwrap_or(10),
-            negatives: r.negatives.unwrap_or(5),
-            epochs: r.epochs.unwrap_or(1),
+            negatives: r.negatives.unwrap_or(if kg { KG_NEGATIVES } else { 5 }),
+            epochs: r.epochs.unwrap_or(if kg { KG_EPOCHS } else { 1 }),
             p: r.p.unwrap_or(1.0),
             q: r.q.unwrap_or(1.0),
             order: r.order.unwrap_or(2),
             line_samples: r.line_samples.unwrap_or(100.0),
             subsample: r.subsample.unwrap_or(1e-3),
-            batch_size: r.batch_size.unwrap_or(16384),
+            batch_size: r.batch_size.unwrap_or(if kg { KG_BATCH } else { 16384 }),
             request_batch_size: r.request_batch_size.unwrap_or(4096),
-            shared_negatives: r.shared_negatives.unwrap_or(1),
+            shared_negatives: r.shared_negatives.unwrap_or(if kg { KG_CHUNK } else { 1 }),
             kernel: r.kernel.unwrap_or(Kernel::Token),
             node_memory: r.node_memory.unwrap_or(NodeMemory::Shared),
             threads: r
@@ -753,6 +867,24 @@ impl TrainConfig {
             resume: r.resume,
             on_nan: r.on_nan.unwrap_or(OnNan::Abort),
             clip_grad: r.clip_grad.unwrap_or(0.0),
+            kg_loss: r.loss.unwrap_or(if distance {
+                KgLoss::Logistic
+            } else {
+                KgLoss::Softmax
+            }),
+            reg: r
+                .regularization
+                .unwrap_or(if kg && !distance { Reg::N3 } else { Reg::None }),
+            reg_weight: r
+                .reg_weight
+                .unwrap_or(if kg && !distance { KG_N3 } else { 0.0 }),
+            gamma: r.gamma.unwrap_or(6.0),
+            adversarial_temperature: r.adversarial_temperature.unwrap_or(if distance {
+                1.0
+            } else {
+                0.0
+            }),
+            negative_sampling: r.negative_sampling.unwrap_or(NegSampling::Uniform),
             inject_fault: r
                 .inject_fault
                 .as_deref()
@@ -761,6 +893,62 @@ impl TrainConfig {
                 .map_err(Error::config)?,
         };
         c.check()?;
+        let kg_flags = [
+            (r.loss.is_some(), "--loss"),
+            (r.regularization.is_some(), "--regularization"),
+            (r.reg_weight.is_some(), "--reg-weight"),
+            (r.gamma.is_some(), "--gamma"),
+            (
+                r.adversarial_temperature.is_some(),
+                "--adversarial-temperature",
+            ),
+            (r.negative_sampling.is_some(), "--negative-sampling"),
+        ];
+        if kg {
+            let mut errs = Vec::new();
+            if c.update == Update::Hogwild {
+                errs.push("knowledge-graph models update through the owner's optimizer: drop --update hogwild (they use --update batched)".to_string());
+            }
+            if c.strategy == Strategy::Replicated {
+                errs.push("--strategy replicated (the data-parallel baseline) trains the walk and edge models; knowledge-graph models train sharded".into());
+            }
+            if c.checkpoint_dir.is_some() || c.resume.is_some() {
+                errs.push("knowledge-graph models do not checkpoint yet (their relation parameters are not saved): drop --checkpoint-dir and --resume".into());
+            }
+            if matches!(model, Model::Complex | Model::Rotate) && c.dim % 2 != 0 {
+                errs.push(format!("--model {}: --dim must be even (complex coordinates: real and imaginary halves), got {}", format!("{model:?}").to_lowercase(), c.dim));
+            }
+            if !(c.reg_weight.is_finite() && c.reg_weight >= 0.0) {
+                errs.push("--reg-weight must be >= 0".into());
+            }
+            if !(c.gamma.is_finite() && c.gamma > 0.0) {
+                errs.push("--gamma must be positive".into());
+            }
+            if !(c.adversarial_temperature.is_finite() && c.adversarial_temperature >= 0.0) {
+                errs.push("--adversarial-temperature must be >= 0 (0: uniform weights)".into());
+            } else if r.adversarial_temperature.is_some_and(|a| a > 0.0)
+                && c.kg_loss != KgLoss::Logistic
+            {
+                errs.push(
+                    "--adversarial-temperature weights the negatives of --loss logistic".into(),
+                );
+            }
+            if c.negatives == 0 {
+                errs.push("--negatives must be at least 1 for knowledge-graph models".into());
+            }
+            if !errs.is_empty() {
+                return Err(Error::config(errs.join("; ")));
+            }
+            if c.kg_loss != KgLoss::Logistic {
+                c.adversarial_temperature = 0.0;
+            }
+            c.update = Update::Batched;
+        } else if let Some((_, flag)) = kg_flags.iter().find(|(given, _)| *given) {
+            return Err(Error::config(format!(
+                "{flag} applies to the knowledge-graph models (--model distmult, complex, transe, rotate), not --model {}",
+                format!("{model:?}").to_lowercase()
+            )));
+        }
         if c.strategy == Strategy::Replicated {
             let mut errs = Vec::new();
             let b = c.hogwild_blockers();
@@ -901,6 +1089,7 @@ impl TrainConfig {
                     "--line-samples must be positive",
                 );
             }
+            Model::Distmult | Model::Complex | Model::Transe | Model::Rotate => {}
         }
         need(
             self.p.is_finite() && self.p > 0.0 && self.q.is_finite() && self.q > 0.0,
@@ -924,7 +1113,8 @@ impl TrainConfig {
         if self.checkpoint_every.is_some() && self.checkpoint_dir.is_none() {
             errs.push("--checkpoint-every needs --checkpoint-dir".into());
         }
-        if self.update == Update::Hogwild {
+        // (Knowledge-graph models refuse hogwild in `from_raw`, naming their reason.)
+        if self.update == Update::Hogwild && !self.model.is_kg() {
             let b = self.hogwild_blockers();
             if !b.is_empty() {
                 errs.push(format!(
@@ -961,9 +1151,10 @@ impl TrainConfig {
         copies * self.matrices() as u64 * num_nodes * self.dim as u64 * 4
     }
 
-    /// Embedding matrices trained: vertex and context, or one for LINE first order.
+    /// Embedding matrices trained: vertex and context, or one for LINE first order and the
+    /// knowledge-graph models (entities; their relations are replicated, not sharded).
     pub fn matrices(&self) -> usize {
-        if self.model == Model::Line && self.order == 1 {
+        if (self.model == Model::Line && self.order == 1) || self.model.is_kg() {
             1
         } else {
             2

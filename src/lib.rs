@@ -16,6 +16,7 @@ pub mod cli;
 pub mod config;
 pub mod eval;
 pub mod export;
+pub mod kgeval;
 pub mod model;
 pub mod plan;
 pub mod report;

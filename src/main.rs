@@ -317,6 +317,32 @@ fn eval_cmd(e: &EvalCmd) -> Result<()> {
         print_linkpred(&r, *score, *json);
         return Ok(());
     }
+    if let EvalCmd::Kg {
+        embeddings,
+        test,
+        filter,
+        json,
+    } = e
+    {
+        let t = std::time::Instant::now();
+        let m = graphscale::kgeval::evaluate(embeddings, test, filter)?;
+        if *json {
+            println!("{}", serde_json::to_string(&m).expect("metrics serialize"));
+        } else {
+            println!(
+                "{} on {} test triples (filtered, both sides): MRR {:.4}  MR {:.1}  Hits@1 {:.4}  Hits@3 {:.4}  Hits@10 {:.4}  ({:.1} s)",
+                m.model,
+                m.triples,
+                m.mrr,
+                m.mr,
+                m.hits1,
+                m.hits3,
+                m.hits10,
+                t.elapsed().as_secs_f64()
+            );
+        }
+        return Ok(());
+    }
     let EvalCmd::Nodeclf {
         embeddings,
         labels,
@@ -327,7 +353,7 @@ fn eval_cmd(e: &EvalCmd) -> Result<()> {
         json,
     } = e
     else {
-        unreachable!("link prediction returned above");
+        unreachable!("link prediction and kg returned above");
     };
     if *repeats == 0 {
         return Err(Error::config("--repeats must be at least 1"));

@@ -11,12 +11,15 @@
 //! `crate::sample` when it needs new work (see [`Work`]).
 
 pub mod cells;
+pub mod kge;
 pub mod sgns;
 
 use std::sync::atomic::AtomicU32;
 
 use crate::config::TrainConfig;
-use crate::graph::NodeId;
+use crate::error::Result;
+use crate::graph::triples::Triple;
+use crate::graph::{LocalGraph, NodeId};
 use crate::sample::negatives::NegativePool;
 use crate::sample::walk::Segments;
 use crate::sample::Rng;
@@ -34,6 +37,16 @@ pub enum Work<'a> {
     Pairs(&'a [(NodeId, NodeId)]),
     /// Walk segments, trained token by token.
     Segments(&'a Segments),
+    /// Knowledge-graph triples (head, relation, tail).
+    Triples(&'a [Triple]),
+}
+
+/// What [`Plan::gradients`] returns: the gradient of every row of the batch (laid out like its
+/// rows), of the model's replicated parameters (empty without them), and the summed loss.
+pub struct Grads {
+    pub rows: Vec<f32>,
+    pub replicated: Vec<f32>,
+    pub loss: f64,
 }
 
 /// The rows a plan trains in place: per matrix the rows of this rank (or its node) as cells
@@ -48,7 +61,8 @@ pub struct Cells<'a> {
 pub trait Model: Send + Sync + Sized + 'static {
     type Plan: Plan;
 
-    fn new(cfg: &TrainConfig) -> Self;
+    /// Collective-free: the same on every rank (replicated parameters start equal).
+    fn new(cfg: &TrainConfig, g: &LocalGraph) -> Result<Self>;
 
     /// Plan a step's `work`: draw its negatives from `neg` with `rng` and reference every row
     /// it touches through `refer` (row key `node << 1 | matrix` to reference: an in-place row,
@@ -60,6 +74,24 @@ pub trait Model: Send + Sync + Sized + 'static {
         rng: &mut Rng,
         refer: &mut impl FnMut(u64) -> u32,
     ) -> Self::Plan;
+
+    /// Floats of the parameters every rank holds whole (relations), 0 for none. Their
+    /// gradients ([`Grads::replicated`]) are summed over the ranks after every step.
+    fn replicated_len(&self) -> usize {
+        0
+    }
+
+    /// Apply the summed gradient of the replicated parameters (the same on every rank).
+    fn apply_replicated(&mut self, grads: &[f32], lr: f32) {
+        let _ = (grads, lr);
+    }
+
+    /// Add what the model holds besides its sharded rows to the written output (rank 0, after
+    /// the rows are written): e.g. relation parameters.
+    fn write_output(&self, path: &std::path::Path) -> Result<()> {
+        let _ = path;
+        Ok(())
+    }
 }
 
 /// A planned batch.
@@ -81,9 +113,8 @@ pub trait Plan: Send + 'static {
     fn train(&self, rows: &Cells, lr: f32) -> f64;
 
     /// The loss gradient of every row of `rows` (the references are dense slots into it, laid
-    /// out `slot * dim`), computed on the current rayon pool; returns (gradients laid out like
-    /// `rows`, summed loss).
-    fn gradients(&self, rows: &[f32], dim: usize) -> (Vec<f32>, f64);
+    /// out `slot * dim`) and of the replicated parameters, computed on the current rayon pool.
+    fn gradients(&self, rows: &[f32], dim: usize) -> Grads;
 
     /// Rewrite `REMOTE | i` (the batch's i-th remote row) to `REMOTE | slots[i]`.
     fn remap_remote(&mut self, slots: &[u32]) {

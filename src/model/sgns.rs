@@ -6,8 +6,10 @@
 use std::sync::atomic::AtomicU32;
 
 use super::cells::{add_to, load, prefetch, store};
-use super::{axpy, dot, sigmoid, softplus_neg, Cells, Model, Plan, Work};
+use super::{axpy, dot, sigmoid, softplus_neg, Cells, Grads, Model, Plan, Work};
 use crate::config::TrainConfig;
+use crate::error::Result;
+use crate::graph::LocalGraph;
 use crate::graph::NodeId;
 use crate::sample::negatives::NegativePool;
 use crate::sample::walk::Segments;
@@ -34,13 +36,13 @@ pub struct Sgns {
 impl Model for Sgns {
     type Plan = SgnsPlan;
 
-    fn new(cfg: &TrainConfig) -> Self {
-        Sgns {
+    fn new(cfg: &TrainConfig, _g: &LocalGraph) -> Result<Self> {
+        Ok(Sgns {
             k: cfg.negatives as usize,
             share: cfg.shared_negatives,
             tm: u64::from(cfg.matrices() > 1),
             window: cfg.window,
-        }
+        })
     }
 
     fn plan(
@@ -57,6 +59,9 @@ impl Model for Sgns {
                 PlanRows::Pairs { pidx, nidx }
             }
             Work::Segments(segs) => plan_segments(segs, k, tm, neg, rng, refer),
+            Work::Triples(_) => {
+                unreachable!("skip-gram trains pairs and walks (TrainConfig refuses triples)")
+            }
         };
         SgnsPlan {
             rows,
@@ -150,9 +155,16 @@ impl Plan for SgnsPlan {
         }
     }
 
-    fn gradients(&self, rows: &[f32], dim: usize) -> (Vec<f32>, f64) {
+    fn gradients(&self, rows: &[f32], dim: usize) -> Grads {
         match &self.rows {
-            PlanRows::Pairs { pidx, nidx } => batch_gradients(rows, dim, pidx, nidx, self.k),
+            PlanRows::Pairs { pidx, nidx } => {
+                let (rows, loss) = batch_gradients(rows, dim, pidx, nidx, self.k);
+                Grads {
+                    rows,
+                    replicated: Vec::new(),
+                    loss,
+                }
+            }
             // The batched update trains pairs: `--kernel token` is hogwild's (`TrainConfig`).
             PlanRows::Segments { .. } => {
                 unreachable!("walk segments are trained by hogwild only")

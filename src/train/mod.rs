@@ -23,8 +23,9 @@ use crate::config::{
     Every, FaultKind, Fetch, Kernel, Model, NodeMemory, OnNan, Strategy, TrainConfig, Update,
 };
 use crate::error::{Error, Result};
+use crate::graph::triples::{Triple, TripleFile};
 use crate::graph::{csr, LocalGraph, NodeId};
-use crate::model::{self, cells, sgns::Sgns, Cells, Plan, Work};
+use crate::model::{self, cells, kge::Kge, sgns::Sgns, Cells, Plan, Work};
 use crate::sample::edges::EdgeSampler;
 use crate::sample::negatives::NegativePool;
 use crate::sample::walk::{Segments, WalkEngine, WalkParams};
@@ -132,7 +133,8 @@ struct Pending {
     pairs: usize,
     /// Loss terms of the batch (`Plan::loss_terms`).
     terms: u64,
-    rx: std::sync::mpsc::Receiver<(Vec<f32>, f64, f64)>,
+    /// (row gradients or deltas, replicated parameters' gradients, loss, compute seconds)
+    rx: std::sync::mpsc::Receiver<(Vec<f32>, Vec<f32>, f64, f64)>,
     /// The step that launched it.
     step: u64,
     /// Its remote rows live in the row cache: nothing to push when it ends.
@@ -141,6 +143,23 @@ struct Pending {
 
 /// Collective: load the graph, allocate storage, train, write the output.
 pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
+    // A walk or edge model given triples, or a knowledge-graph model given a plain graph.
+    let kind = crate::graph::h5::EdgeFile::open(&cfg.graph).and_then(|f| {
+        if f.has_rel && !cfg.model.is_kg() {
+            Err(Error::bad_input(
+                &cfg.graph,
+                format!(
+                    "a knowledge graph (dataset 'rel': triples); --model {} trains plain graphs: use --model distmult, complex, transe or rotate, or convert a plain edge list",
+                    format!("{:?}", cfg.model).to_lowercase()
+                ),
+            ))
+        } else if cfg.model.is_kg() {
+            TripleFile::open(&cfg.graph).map(|_| ())
+        } else {
+            Ok(())
+        }
+    });
+    agree(comm, kind)?;
     let t = Timer::start();
     let g = csr::load(comm, &cfg.graph, cfg.partition, csr::LOAD_CHUNK_EDGES)?;
     let load_secs = t.secs();
@@ -215,7 +234,33 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
             _ => Ok(()),
         },
     )?;
-    let mut tr = Trainer::<Sgns>::new(comm, cfg, &g)?;
+    if cfg.model.is_kg() {
+        run_model::<Kge>(comm, cfg, &g, load_secs, estimate)
+    } else {
+        run_model::<Sgns>(comm, cfg, &g, load_secs, estimate)
+    }
+}
+
+/// Collective: train `M` on the loaded graph and write its output.
+fn run_model<M: model::Model>(
+    comm: &Comm,
+    cfg: &TrainConfig,
+    g: &LocalGraph,
+    load_secs: f64,
+    estimate: u64,
+) -> Result<Outcome> {
+    // Triples of a knowledge graph: this rank's contiguous share of the file.
+    let triples = if cfg.model.is_kg() {
+        let read = TripleFile::open(&cfg.graph).and_then(|f| {
+            let (n, r) = (f.len(), comm.rank() as u64);
+            let p = comm.size() as u64;
+            f.read(n * r / p, n * (r + 1) / p)
+        });
+        Some(agree(comm, read)?)
+    } else {
+        None
+    };
+    let mut tr = Trainer::<M>::new(comm, cfg, g)?;
     tr.prepare_checkpoints()?;
     tr.m.seconds.load = load_secs;
     tr.m.memory_estimate_bytes = estimate;
@@ -229,9 +274,10 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     tr.m.model = format!("{:?}", cfg.model).to_lowercase();
     (tr.m.threads, tr.m.dim, tr.m.wire_bytes) = (cfg.threads, cfg.dim, cfg.wire_dtype.size());
     let t = Timer::start();
-    match cfg.model {
-        Model::Deepwalk | Model::Node2vec => tr.train_walks(),
-        Model::Line => tr.train_line(),
+    match (cfg.model, triples) {
+        (_, Some(mut t)) => tr.train_triples(&mut t),
+        (Model::Deepwalk | Model::Node2vec, None) => tr.train_walks(),
+        (_, None) => tr.train_line(),
     }
     tr.m.train_seconds = t.secs();
     let sent = comm
@@ -247,7 +293,13 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     (tr.m.cpu_seconds_main, tr.m.cpu_seconds_process) = crate::stats::cpu_seconds();
     if let Some(out) = &cfg.output {
         let t = Timer::start();
-        output::write_embeddings(comm, out, &g, &tr.shards[VERTEX], cfg)?;
+        output::write_embeddings(comm, out, g, &tr.shards[VERTEX], cfg)?;
+        let extra = if comm.rank() == 0 {
+            tr.model.write_output(out)
+        } else {
+            Ok(())
+        };
+        agree(comm, extra)?;
         tr.m.seconds.output = t.secs();
     }
     tr.m.peak_rss_bytes = peak_rss_bytes();
@@ -320,7 +372,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             pool,
             neg,
             rng: rng_for(seed, rank, 2),
-            model: M::new(cfg),
+            model: agree(comm, M::new(cfg, g))?,
             m: RankMetrics {
                 rank,
                 ..Default::default()
@@ -713,6 +765,36 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         });
     }
 
+    /// Knowledge graphs: every epoch shuffles this rank's triples and trains them in steps of
+    /// its share of `--batch-size`; every rank takes the same number of steps (the largest
+    /// share's), the others with empty batches. Adagrad's learning rate stays constant.
+    fn train_triples(&mut self, triples: &mut [Triple]) {
+        use rand::seq::SliceRandom;
+        let cfg = self.cfg;
+        let per_rank = cfg.batch_size.div_ceil(self.comm.size()).max(1);
+        let steps = self
+            .comm
+            .max_u64(triples.len().div_ceil(per_rank) as u64)
+            .max(1);
+        let total = f64::from(cfg.epochs) * steps as f64;
+        let mut rng = rng_for(cfg.seed, self.comm.rank(), 5);
+        let mut progress = Progress::new(self.comm.rank() == 0);
+        let lr = cfg.lr;
+        let mut done = 0f64;
+        for _ in 0..cfg.epochs {
+            triples.shuffle(&mut rng);
+            for s in 0..steps as usize {
+                let lo = (s * per_rank).min(triples.len());
+                let hi = (lo + per_rank).min(triples.len());
+                self.train(Work::Triples(&triples[lo..hi]), lr);
+                self.m.tokens += (hi - lo) as u64;
+                done += 1.0;
+                progress.tick(done / total, &self.m, lr);
+            }
+        }
+        self.drain(lr);
+    }
+
     fn train_line(&mut self) {
         let cfg = self.cfg;
         let g = self.g;
@@ -987,7 +1069,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             let secs = t.secs();
             done();
             // The receiver only disappears if the rank is already failing.
-            let _ = tx.send((deltas, loss, secs));
+            let _ = tx.send((deltas, Vec::new(), loss, secs));
         });
         self.pending.push_back(Pending {
             keys,
@@ -1122,7 +1204,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             let secs = t.secs();
             done();
             // The receiver only disappears if the rank is already failing.
-            let _ = tx.send((Vec::new(), loss, secs));
+            let _ = tx.send((Vec::new(), Vec::new(), loss, secs));
         });
         self.pending.push_back(Pending {
             keys: Vec::new(),
@@ -1361,9 +1443,9 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         let Batch { keys, plan, rows } = b;
         self.pool.spawn(move || {
             let t = Timer::start();
-            let (grads, loss) = plan.gradients(&rows, dim);
+            let g = plan.gradients(&rows, dim);
             // The receiver only disappears if the rank is already failing.
-            let _ = tx.send((grads, loss, t.secs()));
+            let _ = tx.send((g.rows, g.replicated, g.loss, t.secs()));
         });
         Pending {
             keys,
@@ -1380,7 +1462,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         let (comm, g, dim) = (self.comm, self.g, self.cfg.dim);
         let me = comm.rank();
         let t = Timer::start();
-        let Ok((grads, loss, compute_secs)) = p.rx.recv() else {
+        let Ok((grads, replicated, loss, compute_secs)) = p.rx.recv() else {
             fatal(
                 comm,
                 Some(self.step),
@@ -1537,6 +1619,22 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             }
         }
         self.m.seconds.apply += t.secs();
+        // Parameters every rank holds whole (relations): their gradients summed over the ranks
+        // (collective; a skipped batch adds zeros), then the same update everywhere.
+        let n = self.model.replicated_len();
+        if n > 0 {
+            let t = Timer::start();
+            let mut sum = if finite && replicated.len() == n {
+                replicated
+            } else {
+                vec![0f32; n]
+            };
+            comm.all_reduce_sum_f32(&mut sum);
+            self.m.seconds.push += t.secs();
+            let t = Timer::start();
+            self.model.apply_replicated(&sum, lr);
+            self.m.seconds.apply += t.secs();
+        }
         self.m.steps += 1;
     }
 }

@@ -1,0 +1,782 @@
+//! Knowledge-graph embeddings: DistMult, ComplEx, TransE and RotatE over entity rows (matrix 0,
+//! sharded, fetched and pushed like node rows) and relation parameters that every rank holds
+//! whole (replicated; their gradients are summed over the ranks after every step and every rank
+//! applies the same update).
+//!
+//! Scores (`dim` = d; complex vectors are stored as halves `[re | im]` of d/2 each):
+//! - DistMult `<h, r, t>`; ComplEx `Re(<h, r, conj(t)>)`;
+//! - TransE `gamma - ||h + r - t||_1`; RotatE `gamma - sum_k |h_k e^{i theta_k} - t_k|` with
+//!   d/2 relation phases.
+//!
+//! Negatives (PyTorch-BigGraph's batched negatives): a chunk of `--shared-negatives` positives
+//! shares `--negatives` entities, and every positive is scored against all of them as tails
+//! (h, r, n) and as heads (n, r, t); a negative equal to the true entity is skipped. Losses per
+//! positive and side: `softmax` (cross-entropy of the positive among itself and its negatives),
+//! `logistic` (softplus of -score for the positive and of the negatives' scores, averaged, or
+//! weighted by the softmax of `--adversarial-temperature` x score: RotatE's self-adversarial
+//! sampling) and `margin` (mean hinge `max(0, gamma - s_pos + s_neg)`). Regularisation per
+//! positive: N3 (`lambda sum |x|^3` over h, r, t, with complex moduli for ComplEx and RotatE;
+//! Lacroix et al. 2018) or L2 (`lambda sum x^2`).
+
+use std::sync::Arc;
+
+use rand::RngExt;
+
+use super::{Cells, Grads, Model, Plan, Work, SKIP};
+use crate::config::{KgLoss, Model as Kind, NegSampling, Reg, TrainConfig};
+use crate::error::{Error, Result};
+use crate::graph::triples::TripleFile;
+use crate::graph::LocalGraph;
+use crate::sample::negatives::NegativePool;
+use crate::sample::Rng;
+
+/// A knowledge-graph score function.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Score {
+    DistMult,
+    ComplEx,
+    TransE,
+    RotatE,
+}
+
+impl Score {
+    pub fn of(kind: Kind) -> Option<Score> {
+        match kind {
+            Kind::Distmult => Some(Score::DistMult),
+            Kind::Complex => Some(Score::ComplEx),
+            Kind::Transe => Some(Score::TransE),
+            Kind::Rotate => Some(Score::RotatE),
+            Kind::Deepwalk | Kind::Node2vec | Kind::Line => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Score::DistMult => "distmult",
+            Score::ComplEx => "complex",
+            Score::TransE => "transe",
+            Score::RotatE => "rotate",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Score> {
+        [
+            Score::DistMult,
+            Score::ComplEx,
+            Score::TransE,
+            Score::RotatE,
+        ]
+        .into_iter()
+        .find(|s| s.name() == name)
+    }
+
+    /// Floats per relation for entity dimension `dim`: d, or d/2 phases (RotatE).
+    pub fn rel_dim(self, dim: usize) -> usize {
+        match self {
+            Score::RotatE => dim / 2,
+            _ => dim,
+        }
+    }
+
+    /// Whether the coordinates are complex (halves `[re | im]`): N3 then takes moduli.
+    fn complex(self) -> bool {
+        matches!(self, Score::ComplEx | Score::RotatE)
+    }
+
+    /// The score of (h, r, t); `gamma` is the margin of the distance models.
+    #[inline]
+    pub fn score(self, h: &[f32], r: &[f32], t: &[f32], gamma: f32) -> f32 {
+        match self {
+            Score::DistMult => {
+                let mut acc = [0f32; 8];
+                let (ch, cr, ct) = (h.chunks_exact(8), r.chunks_exact(8), t.chunks_exact(8));
+                let rest: f32 = ch
+                    .remainder()
+                    .iter()
+                    .zip(cr.remainder())
+                    .zip(ct.remainder())
+                    .map(|((a, b), c)| a * b * c)
+                    .sum();
+                for ((a, b), c) in ch.zip(cr).zip(ct) {
+                    for l in 0..8 {
+                        acc[l] += a[l] * b[l] * c[l];
+                    }
+                }
+                acc.iter().sum::<f32>() + rest
+            }
+            Score::ComplEx => {
+                let m = h.len() / 2;
+                let (hr, hi) = h.split_at(m);
+                let (rr, ri) = r.split_at(m);
+                let (tr, ti) = t.split_at(m);
+                let mut s = 0f32;
+                for k in 0..m {
+                    s += hr[k] * rr[k] * tr[k] + hi[k] * rr[k] * ti[k] + hr[k] * ri[k] * ti[k]
+                        - hi[k] * ri[k] * tr[k];
+                }
+                s
+            }
+            Score::TransE => {
+                let d: f32 = h
+                    .iter()
+                    .zip(r)
+                    .zip(t)
+                    .map(|((a, b), c)| (a + b - c).abs())
+                    .sum();
+                gamma - d
+            }
+            Score::RotatE => {
+                let m = h.len() / 2;
+                let (hr, hi) = h.split_at(m);
+                let (tr, ti) = t.split_at(m);
+                let mut d = 0f32;
+                for k in 0..m {
+                    let (s, c) = r[k].sin_cos();
+                    let ur = hr[k] * c - hi[k] * s - tr[k];
+                    let ui = hr[k] * s + hi[k] * c - ti[k];
+                    d += (ur * ur + ui * ui).sqrt();
+                }
+                gamma - d
+            }
+        }
+    }
+
+    /// Add `coef` times the gradient of the score of (h, r, t) to `gh`, `gr`, `gt`.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_grad(
+        self,
+        h: &[f32],
+        r: &[f32],
+        t: &[f32],
+        coef: f32,
+        gh: &mut [f32],
+        gr: &mut [f32],
+        gt: &mut [f32],
+    ) {
+        match self {
+            Score::DistMult => {
+                for k in 0..h.len() {
+                    gh[k] += coef * r[k] * t[k];
+                    gr[k] += coef * h[k] * t[k];
+                    gt[k] += coef * h[k] * r[k];
+                }
+            }
+            Score::ComplEx => {
+                let m = h.len() / 2;
+                for k in 0..m {
+                    let (hr, hi, rr, ri, tr, ti) = (h[k], h[m + k], r[k], r[m + k], t[k], t[m + k]);
+                    gh[k] += coef * (rr * tr + ri * ti);
+                    gh[m + k] += coef * (rr * ti - ri * tr);
+                    gr[k] += coef * (hr * tr + hi * ti);
+                    gr[m + k] += coef * (hr * ti - hi * tr);
+                    gt[k] += coef * (hr * rr - hi * ri);
+                    gt[m + k] += coef * (hi * rr + hr * ri);
+                }
+            }
+            Score::TransE => {
+                for k in 0..h.len() {
+                    let v = h[k] + r[k] - t[k];
+                    let s = if v > 0.0 {
+                        1.0
+                    } else if v < 0.0 {
+                        -1.0
+                    } else {
+                        0.0
+                    };
+                    gh[k] -= coef * s;
+                    gr[k] -= coef * s;
+                    gt[k] += coef * s;
+                }
+            }
+            Score::RotatE => {
+                let m = h.len() / 2;
+                for k in 0..m {
+                    let (hr, hi, tr, ti) = (h[k], h[m + k], t[k], t[m + k]);
+                    let (s, c) = r[k].sin_cos();
+                    let ur = hr * c - hi * s - tr;
+                    let ui = hr * s + hi * c - ti;
+                    let n = (ur * ur + ui * ui).sqrt();
+                    if n == 0.0 {
+                        continue;
+                    }
+                    let (a, b) = (ur / n, ui / n);
+                    gh[k] -= coef * (a * c + b * s);
+                    gh[m + k] += coef * (a * s - b * c);
+                    gt[k] += coef * a;
+                    gt[m + k] += coef * b;
+                    gr[k] -= coef * (a * (-hr * s - hi * c) + b * (hr * c - hi * s));
+                }
+            }
+        }
+    }
+
+    /// The regulariser of one factor `x` (an entity row or a relation row) and its gradient,
+    /// times `w`, added to `g`: N3 `sum |x|^3` (moduli of complex coordinates) or L2 `sum x^2`.
+    /// RotatE's phases are not regularised.
+    fn add_reg(self, reg: Reg, x: &[f32], w: f32, g: &mut [f32], relation: bool) -> f64 {
+        if w == 0.0 || reg == Reg::None || (relation && self == Score::RotatE) {
+            return 0.0;
+        }
+        let mut loss = 0f64;
+        match reg {
+            Reg::None => {}
+            Reg::L2 => {
+                for (gi, &xi) in g.iter_mut().zip(x) {
+                    loss += f64::from(xi * xi);
+                    *gi += 2.0 * w * xi;
+                }
+            }
+            Reg::N3 if self.complex() => {
+                let m = x.len() / 2;
+                for k in 0..m {
+                    let (a, b) = (x[k], x[m + k]);
+                    let n = (a * a + b * b).sqrt();
+                    loss += f64::from(n * n * n);
+                    g[k] += 3.0 * w * n * a;
+                    g[m + k] += 3.0 * w * n * b;
+                }
+            }
+            Reg::N3 => {
+                for (gi, &xi) in g.iter_mut().zip(x) {
+                    loss += f64::from(xi.abs() * xi * xi);
+                    *gi += 3.0 * w * xi.abs() * xi;
+                }
+            }
+        }
+        loss * f64::from(w)
+    }
+}
+
+/// Loss settings shared by a model and its plans.
+#[derive(Clone, Copy, Debug)]
+struct Loss {
+    score: Score,
+    loss: KgLoss,
+    reg: Reg,
+    reg_weight: f32,
+    gamma: f32,
+    adversarial: f32,
+}
+
+/// The knowledge-graph model: a score function, its loss, and the relation parameters every
+/// rank holds (with their Adagrad state).
+pub struct Kge {
+    loss: Loss,
+    /// Negatives per chunk, positives per chunk.
+    k: usize,
+    chunk: usize,
+    uniform: bool,
+    entities: u64,
+    rel_dim: usize,
+    /// The triple file (its names go into the output).
+    graph: std::path::PathBuf,
+    rel: Arc<Vec<f32>>,
+    /// Adagrad's sum of squared gradients per relation value.
+    rel_acc: Vec<f32>,
+}
+
+impl Kge {
+    /// The relation parameters (relation-major, `rel_dim` floats each).
+    pub fn relations(&self) -> &[f32] {
+        &self.rel
+    }
+
+    pub fn rel_dim(&self) -> usize {
+        self.rel_dim
+    }
+
+    pub fn score(&self) -> Score {
+        self.loss.score
+    }
+
+    pub fn gamma(&self) -> f32 {
+        self.loss.gamma
+    }
+}
+
+impl Model for Kge {
+    type Plan = KgePlan;
+
+    fn new(cfg: &TrainConfig, g: &LocalGraph) -> Result<Self> {
+        let score = Score::of(cfg.model).ok_or_else(|| {
+            Error::config(format!(
+                "--model {:?} is not a knowledge-graph model",
+                cfg.model
+            ))
+        })?;
+        let f = TripleFile::open(&cfg.graph)?;
+        let (dim, rels) = (cfg.dim, f.num_relations as usize);
+        if f.num_entities() != g.num_nodes() {
+            return Err(Error::bad_input(
+                &cfg.graph,
+                "num_nodes differs between the graph load and the triple file",
+            ));
+        }
+        let rel_dim = score.rel_dim(dim);
+        // Relations start as the entities do (uniform in [-1/d, 1/d]), the same on every rank;
+        // RotatE's phases uniform in [-pi, pi].
+        let mut rng = crate::sample::rng_for(cfg.seed, u64::MAX as usize, 7);
+        let rel: Vec<f32> = (0..rels * rel_dim)
+            .map(|_| {
+                let u = rng.random::<f32>() * 2.0 - 1.0;
+                if score == Score::RotatE {
+                    u * std::f32::consts::PI
+                } else {
+                    u / dim as f32
+                }
+            })
+            .collect();
+        Ok(Kge {
+            loss: Loss {
+                score,
+                loss: cfg.kg_loss,
+                reg: cfg.reg,
+                reg_weight: cfg.reg_weight,
+                gamma: cfg.gamma,
+                adversarial: cfg.adversarial_temperature,
+            },
+            k: cfg.negatives as usize,
+            chunk: cfg.shared_negatives.max(1),
+            uniform: cfg.negative_sampling == NegSampling::Uniform,
+            entities: g.num_nodes(),
+            rel_dim,
+            graph: cfg.graph.clone(),
+            rel_acc: vec![0.0; rel.len()],
+            rel: Arc::new(rel),
+        })
+    }
+
+    fn plan(
+        &self,
+        work: Work,
+        neg: &NegativePool,
+        rng: &mut Rng,
+        refer: &mut impl FnMut(u64) -> u32,
+    ) -> KgePlan {
+        let Work::Triples(triples) = work else {
+            unreachable!("knowledge-graph models train triples (TrainConfig refuses other work)")
+        };
+        let chunks = triples.len().div_ceil(self.chunk);
+        let mut drawn = vec![0u64; chunks * self.k];
+        if self.uniform || neg.is_empty() {
+            for d in drawn.iter_mut() {
+                *d = rng.random_range(0..self.entities);
+            }
+        } else {
+            neg.fill(rng, &mut drawn);
+        }
+        let negs = drawn.iter().map(|&n| refer(n << 1)).collect();
+        let pos = triples
+            .iter()
+            .map(|&(h, _, t)| [refer(h << 1), refer(t << 1)])
+            .collect();
+        KgePlan {
+            pos,
+            rels: triples.iter().map(|&(_, r, _)| r).collect(),
+            negs,
+            rel: Arc::clone(&self.rel),
+            loss: self.loss,
+            k: self.k,
+            chunk: self.chunk,
+            rel_dim: self.rel_dim,
+        }
+    }
+
+    fn replicated_len(&self) -> usize {
+        self.rel.len()
+    }
+
+    /// Relations (`relations`: one row of `rel_dim` floats each), the margin (`gamma`) and
+    /// the names of entities and relations (`node_names`, `relation_names`) beside the entity
+    /// rows (`embeddings`): what `graphscale eval kg` and h5py users read.
+    fn write_output(&self, path: &std::path::Path) -> Result<()> {
+        let f = hdf5::File::open_rw(path).map_err(|e| Error::hdf5(path, "open output", e))?;
+        let rels = self.rel.len() / self.rel_dim.max(1);
+        let a = ndarray::Array2::from_shape_vec((rels, self.rel_dim), self.rel.to_vec())
+            .expect("relation-major parameters");
+        f.new_dataset_builder()
+            .with_data(&a)
+            .create("relations")
+            .map_err(|e| Error::hdf5(path, "dataset relations", e))?;
+        f.new_attr::<f32>()
+            .create("gamma")
+            .and_then(|at| at.write_scalar(&self.loss.gamma))
+            .map_err(|e| Error::hdf5(path, "attribute gamma", e))?;
+        let src = TripleFile::open(&self.graph)?;
+        if let Some(n) = src.entity_names()? {
+            crate::graph::h5::write_names(&f, path, "node_names", &n)?;
+        }
+        if let Some(n) = src.relation_names()? {
+            crate::graph::h5::write_names(&f, path, "relation_names", &n)?;
+        }
+        Ok(())
+    }
+
+    fn apply_replicated(&mut self, grads: &[f32], lr: f32) {
+        // Adagrad per value, the same on every rank (the summed gradient is the same).
+        let rel = Arc::make_mut(&mut self.rel);
+        for ((x, a), &g) in rel.iter_mut().zip(self.rel_acc.iter_mut()).zip(grads) {
+            *a += g * g;
+            *x -= lr * g / (a.sqrt() + 1e-10);
+        }
+    }
+}
+
+/// A planned batch of triples: per positive its (head, tail) row references and relation;
+/// per chunk of `chunk` positives `k` negative references.
+pub struct KgePlan {
+    pos: Vec<[u32; 2]>,
+    rels: Vec<u32>,
+    negs: Vec<u32>,
+    rel: Arc<Vec<f32>>,
+    loss: Loss,
+    k: usize,
+    chunk: usize,
+    rel_dim: usize,
+}
+
+impl KgePlan {
+    /// Loss and gradients of one chunk into `g` (rows) and `gr` (relations).
+    fn chunk_gradients(
+        &self,
+        c: usize,
+        rows: &[f32],
+        dim: usize,
+        g: &mut [f32],
+        gr: &mut [f32],
+    ) -> f64 {
+        let l = self.loss;
+        let (k, rd) = (self.k, self.rel_dim);
+        let row = |s: u32| &rows[s as usize * dim..(s as usize + 1) * dim];
+        let negs = &self.negs[c * k..(c + 1) * k];
+        let lo = c * self.chunk;
+        let hi = (lo + self.chunk).min(self.pos.len());
+        let mut scores = vec![0f32; k];
+        let mut coef = vec![0f32; k];
+        let (mut gh, mut gt, mut grr) = (vec![0f32; dim], vec![0f32; dim], vec![0f32; rd]);
+        let mut gn = vec![0f32; dim];
+        let mut loss = 0f64;
+        for i in lo..hi {
+            let [hs, ts] = self.pos[i];
+            let ri = self.rels[i] as usize;
+            let (h, t, r) = (row(hs), row(ts), &self.rel[ri * rd..(ri + 1) * rd]);
+            gh.iter_mut().for_each(|x| *x = 0.0);
+            gt.iter_mut().for_each(|x| *x = 0.0);
+            grr.iter_mut().for_each(|x| *x = 0.0);
+            let sp = l.score.score(h, r, t, l.gamma);
+            // Tails corrupted, then heads.
+            for side in 0..2 {
+                let true_slot = if side == 0 { ts } else { hs };
+                for (j, &n) in negs.iter().enumerate() {
+                    scores[j] = if n == SKIP || n == true_slot {
+                        f32::NEG_INFINITY
+                    } else if side == 0 {
+                        l.score.score(h, r, row(n), l.gamma)
+                    } else {
+                        l.score.score(row(n), r, t, l.gamma)
+                    };
+                }
+                let (lv, cp) = side_loss(l, sp, &scores, &mut coef);
+                loss += lv;
+                l.score.add_grad(h, r, t, cp, &mut gh, &mut grr, &mut gt);
+                for (j, &n) in negs.iter().enumerate() {
+                    if coef[j] == 0.0 {
+                        continue;
+                    }
+                    gn.iter_mut().for_each(|x| *x = 0.0);
+                    let x = row(n);
+                    if side == 0 {
+                        l.score
+                            .add_grad(h, r, x, coef[j], &mut gh, &mut grr, &mut gn);
+                    } else {
+                        l.score
+                            .add_grad(x, r, t, coef[j], &mut gn, &mut grr, &mut gt);
+                    }
+                    let dst = &mut g[n as usize * dim..(n as usize + 1) * dim];
+                    dst.iter_mut().zip(&gn).for_each(|(a, b)| *a += b);
+                }
+            }
+            if l.reg_weight > 0.0 {
+                loss += l.score.add_reg(l.reg, h, l.reg_weight, &mut gh, false);
+                loss += l.score.add_reg(l.reg, t, l.reg_weight, &mut gt, false);
+                loss += l.score.add_reg(l.reg, r, l.reg_weight, &mut grr, true);
+            }
+            for (s, v) in [(hs, &gh), (ts, &gt)] {
+                let dst = &mut g[s as usize * dim..(s as usize + 1) * dim];
+                dst.iter_mut().zip(v.iter()).for_each(|(a, b)| *a += b);
+            }
+            let dst = &mut gr[ri * rd..(ri + 1) * rd];
+            dst.iter_mut().zip(&grr).for_each(|(a, b)| *a += b);
+        }
+        loss
+    }
+}
+
+/// The loss of one side of a positive with score `sp` against `scores` (NEG_INFINITY:
+/// skipped). Writes each negative's loss gradient to `coef`; returns (loss, the positive's).
+fn side_loss(l: Loss, sp: f32, scores: &[f32], coef: &mut [f32]) -> (f64, f32) {
+    let live = scores.iter().filter(|s| s.is_finite()).count();
+    coef.iter_mut().for_each(|c| *c = 0.0);
+    if live == 0 {
+        return (0.0, 0.0);
+    }
+    match l.loss {
+        KgLoss::Softmax => {
+            let m = scores.iter().copied().fold(sp, f32::max);
+            let mut z = (sp - m).exp();
+            for (c, &s) in coef.iter_mut().zip(scores) {
+                if s.is_finite() {
+                    *c = (s - m).exp();
+                    z += *c;
+                }
+            }
+            coef.iter_mut().for_each(|c| *c /= z);
+            let pp = (sp - m).exp() / z;
+            (f64::from(m + z.ln() - sp), pp - 1.0)
+        }
+        KgLoss::Logistic => {
+            // Negatives weighted uniformly, or by softmax(alpha * score) (self-adversarial; the
+            // weights are constants of the gradient).
+            if l.adversarial > 0.0 {
+                let m = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let mut z = 0f32;
+                for (c, &s) in coef.iter_mut().zip(scores) {
+                    if s.is_finite() {
+                        *c = (l.adversarial * (s - m)).exp();
+                        z += *c;
+                    }
+                }
+                coef.iter_mut().for_each(|c| *c /= z);
+            } else {
+                for (c, &s) in coef.iter_mut().zip(scores) {
+                    if s.is_finite() {
+                        *c = 1.0 / live as f32;
+                    }
+                }
+            }
+            let mut loss = f64::from(super::softplus_neg(sp));
+            for (c, &s) in coef.iter_mut().zip(scores) {
+                if *c > 0.0 {
+                    loss += f64::from(*c * super::softplus_neg(-s));
+                    *c *= super::sigmoid(s);
+                }
+            }
+            (loss, super::sigmoid(sp) - 1.0)
+        }
+        KgLoss::Margin => {
+            let (mut loss, mut cp) = (0f64, 0f32);
+            let w = 1.0 / live as f32;
+            for (c, &s) in coef.iter_mut().zip(scores) {
+                if s.is_finite() && l.gamma - sp + s > 0.0 {
+                    loss += f64::from(w * (l.gamma - sp + s));
+                    *c = w;
+                    cp -= w;
+                }
+            }
+            (loss, cp)
+        }
+    }
+}
+
+impl Plan for KgePlan {
+    fn references(&self) -> [&[u32]; 2] {
+        [self.pos.as_flattened(), &self.negs]
+    }
+
+    fn references_mut(&mut self) -> [&mut [u32]; 2] {
+        [self.pos.as_flattened_mut(), &mut self.negs]
+    }
+
+    fn examples(&self) -> usize {
+        self.pos.len()
+    }
+
+    fn loss_terms(&self) -> u64 {
+        // Both sides of every positive.
+        2 * self.pos.len() as u64
+    }
+
+    fn train(&self, _rows: &Cells, _lr: f32) -> f64 {
+        unreachable!("knowledge-graph models update through --update batched (TrainConfig)")
+    }
+
+    fn gradients(&self, rows: &[f32], dim: usize) -> Grads {
+        use rayon::prelude::*;
+        let chunks = self.pos.len().div_ceil(self.chunk);
+        let (nrow, nrel) = (rows.len(), self.rel.len());
+        let (g, gr, loss) = (0..chunks)
+            .into_par_iter()
+            .fold(
+                || (vec![0f32; nrow], vec![0f32; nrel], 0f64),
+                |(mut g, mut gr, loss), c| {
+                    let l = self.chunk_gradients(c, rows, dim, &mut g, &mut gr);
+                    (g, gr, loss + l)
+                },
+            )
+            .reduce(
+                || (Vec::new(), Vec::new(), 0f64),
+                |a, b| {
+                    if a.0.is_empty() {
+                        return b;
+                    }
+                    if b.0.is_empty() {
+                        return a;
+                    }
+                    let (mut g, mut gr, la) = a;
+                    g.iter_mut().zip(&b.0).for_each(|(x, y)| *x += y);
+                    gr.iter_mut().zip(&b.1).for_each(|(x, y)| *x += y);
+                    (g, gr, la + b.2)
+                },
+            );
+        Grads {
+            rows: if g.is_empty() { vec![0f32; nrow] } else { g },
+            replicated: if gr.is_empty() { vec![0f32; nrel] } else { gr },
+            loss,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rand_vec(rng: &mut Rng, n: usize) -> Vec<f32> {
+        (0..n).map(|_| rng.random_range(-0.8f32..0.8)).collect()
+    }
+
+    #[test]
+    fn every_score_gradient_matches_finite_differences() {
+        let mut rng = crate::sample::rng_for(11, 0, 0);
+        let d = 6;
+        for score in [
+            Score::DistMult,
+            Score::ComplEx,
+            Score::TransE,
+            Score::RotatE,
+        ] {
+            let rd = score.rel_dim(d);
+            let (h, r, t) = (
+                rand_vec(&mut rng, d),
+                rand_vec(&mut rng, rd),
+                rand_vec(&mut rng, d),
+            );
+            let (mut gh, mut gr, mut gt) = (vec![0f32; d], vec![0f32; rd], vec![0f32; d]);
+            score.add_grad(&h, &r, &t, 1.0, &mut gh, &mut gr, &mut gt);
+            let eps = 1e-3f32;
+            let s = |h: &[f32], r: &[f32], t: &[f32]| f64::from(score.score(h, r, t, 3.0));
+            for (which, g) in [(0, &gh), (1, &gr), (2, &gt)] {
+                for i in 0..g.len() {
+                    let mut v = [h.clone(), r.clone(), t.clone()];
+                    v[which][i] += eps;
+                    let up = s(&v[0], &v[1], &v[2]);
+                    v[which][i] -= 2.0 * eps;
+                    let down = s(&v[0], &v[1], &v[2]);
+                    let fd = (up - down) / (2.0 * f64::from(eps));
+                    assert!(
+                        (fd - f64::from(g[i])).abs() < 2e-2,
+                        "{score:?} factor {which} entry {i}: finite difference {fd}, analytic {}",
+                        g[i]
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn complex_with_zero_imaginary_parts_is_distmult_on_the_real_halves() {
+        let mut rng = crate::sample::rng_for(5, 0, 0);
+        let m = 4;
+        let mut h = rand_vec(&mut rng, 2 * m);
+        let mut r = rand_vec(&mut rng, 2 * m);
+        let mut t = rand_vec(&mut rng, 2 * m);
+        for v in [&mut h, &mut r, &mut t] {
+            v[m..].iter_mut().for_each(|x| *x = 0.0);
+        }
+        let c = Score::ComplEx.score(&h, &r, &t, 0.0);
+        let d = Score::DistMult.score(&h[..m], &r[..m], &t[..m], 0.0);
+        assert!((c - d).abs() < 1e-6, "{c} vs {d}");
+    }
+
+    #[test]
+    fn rotate_scores_a_true_rotation_at_gamma() {
+        // t = h rotated by theta: distance 0, score gamma; another tail scores lower.
+        let m = 3;
+        let h = vec![0.3f32, -0.2, 0.5, 0.1, 0.4, -0.3];
+        let theta = vec![0.7f32, -1.2, 2.0];
+        let mut t = vec![0f32; 2 * m];
+        for k in 0..m {
+            let (s, c) = theta[k].sin_cos();
+            t[k] = h[k] * c - h[m + k] * s;
+            t[m + k] = h[k] * s + h[m + k] * c;
+        }
+        assert!((Score::RotatE.score(&h, &theta, &t, 6.0) - 6.0).abs() < 1e-5);
+        assert!(Score::RotatE.score(&h, &theta, &h, 6.0) < 6.0 - 0.1);
+    }
+
+    /// The plan's summed loss against finite differences of every row and relation value:
+    /// each loss with regularisation, both sides, shared negatives (one equal to a true tail).
+    /// (Self-adversarial weights are constants of the gradient, so they are left out here.)
+    #[test]
+    fn plan_gradients_match_finite_differences_of_the_batch_loss() {
+        let mut rng = crate::sample::rng_for(3, 0, 0);
+        let (d, nrows, nrel) = (4, 6, 2);
+        for score in [
+            Score::DistMult,
+            Score::ComplEx,
+            Score::TransE,
+            Score::RotatE,
+        ] {
+            for (loss, reg, adversarial) in [
+                (KgLoss::Softmax, Reg::N3, 0.0),
+                (KgLoss::Logistic, Reg::L2, 0.0),
+                (KgLoss::Margin, Reg::None, 0.0),
+            ] {
+                let rd = score.rel_dim(d);
+                let rows = rand_vec(&mut rng, nrows * d);
+                let rel = rand_vec(&mut rng, nrel * rd);
+                let mut plan = KgePlan {
+                    pos: vec![[0, 1], [2, 3], [1, 4]],
+                    rels: vec![0, 1, 1],
+                    negs: vec![5, 3, 0, 4, 2, SKIP],
+                    rel: Arc::new(rel.clone()),
+                    loss: Loss {
+                        score,
+                        loss,
+                        reg,
+                        reg_weight: 0.05,
+                        gamma: 2.0,
+                        adversarial,
+                    },
+                    k: 3,
+                    chunk: 2,
+                    rel_dim: rd,
+                };
+                let gr = plan.gradients(&rows, d);
+                let eps = 1e-3f32;
+                for i in 0..rows.len() + rel.len() {
+                    let f = |delta: f32, plan: &mut KgePlan| {
+                        let (mut r, mut rl) = (rows.clone(), rel.clone());
+                        if i < rows.len() {
+                            r[i] += delta;
+                        } else {
+                            rl[i - rows.len()] += delta;
+                        }
+                        plan.rel = Arc::new(rl);
+                        plan.gradients(&r, d).loss
+                    };
+                    let fd = (f(eps, &mut plan) - f(-eps, &mut plan)) / (2.0 * f64::from(eps));
+                    let an = if i < rows.len() {
+                        gr.rows[i]
+                    } else {
+                        gr.replicated[i - rows.len()]
+                    };
+                    assert!(
+                        (fd - f64::from(an)).abs() < 3e-2 * (1.0 + fd.abs()),
+                        "{score:?} {loss:?} {reg:?} adv {adversarial}: value {i}: finite difference {fd}, analytic {an}"
+                    );
+                }
+            }
+        }
+    }
+}

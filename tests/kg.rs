@@ -1,0 +1,413 @@
+//! Knowledge-graph embeddings end to end: convert triples, train each model (in process, and
+//! under mpirun with simulated nodes), rank with `eval kg`; and the bad inputs of the
+//! knowledge-graph path, refused with the file and line on every rank.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+
+/// A knowledge graph a symmetric model can complete: 150 partner pairs under relation `mate`
+/// (both directions in training for 70% of the pairs, one direction for the rest, whose
+/// reverse is the test or validation set) and 300 random `noise` triples.
+fn partner_kg(d: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let (mut train, mut valid, mut test) = (String::new(), String::new(), String::new());
+    let mut x = 12345u64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for i in 0..150u64 {
+        let (a, b) = (2 * i, 2 * i + 1);
+        train.push_str(&format!("e{a}\tmate\te{b}\n"));
+        match i % 10 {
+            0 | 1 => test.push_str(&format!("e{b}\tmate\te{a}\n")),
+            2 => valid.push_str(&format!("e{b}\tmate\te{a}\n")),
+            _ => train.push_str(&format!("e{b}\tmate\te{a}\n")),
+        }
+    }
+    for _ in 0..300 {
+        let (a, b) = (next() % 300, next() % 300);
+        train.push_str(&format!("e{a}\tnoise\te{b}\n"));
+    }
+    convert_kg(d, &train, &valid, &test)
+}
+
+/// A knowledge graph a translation or rotation model can complete: 100 triangles
+/// (a, s, b), (b, u, c) and (a, r, c); r = s + u is the composition, held out for 20% of the
+/// triangles (the test set) and 10% (validation).
+fn triangle_kg(d: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let (mut train, mut valid, mut test) = (String::new(), String::new(), String::new());
+    for i in 0..100u64 {
+        let (a, b, c) = (3 * i, 3 * i + 1, 3 * i + 2);
+        train.push_str(&format!("e{a}\ts\te{b}\ne{b}\tu\te{c}\n"));
+        let r = format!("e{a}\tr\te{c}\n");
+        match i % 10 {
+            0 | 1 => test.push_str(&r),
+            2 => valid.push_str(&r),
+            _ => train.push_str(&r),
+        }
+    }
+    convert_kg(d, &train, &valid, &test)
+}
+
+/// Write and convert train/valid/test text (valid and test with the training ids). Returns
+/// (train, valid, test) h5.
+fn convert_kg(d: &Path, train: &str, valid: &str, test: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let names = [("train", train), ("valid", valid), ("test", test)];
+    for (n, text) in &names {
+        std::fs::write(p(d, &format!("{n}.txt")), text).unwrap();
+    }
+    let th = p(d, "train.h5");
+    let o = run(
+        30,
+        &[
+            "convert",
+            "--triples",
+            s(&p(d, "train.txt")),
+            "--names-from",
+            &format!("{},{}", s(&p(d, "valid.txt")), s(&p(d, "test.txt"))),
+            "-o",
+            s(&th),
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.all());
+    assert!(o.stdout.contains("300 entities"), "{}", o.stdout);
+    for n in ["valid", "test"] {
+        let o = run(
+            30,
+            &[
+                "convert",
+                "--triples",
+                s(&p(d, &format!("{n}.txt"))),
+                "--vocab-from",
+                s(&th),
+                "-o",
+                s(&p(d, &format!("{n}.h5"))),
+            ],
+        );
+        assert_eq!(o.code, 0, "{}", o.all());
+    }
+    (th, p(d, "valid.h5"), p(d, "test.h5"))
+}
+
+fn eval_kg(emb: &Path, test: &Path, filter: &[&Path]) -> serde_json::Value {
+    let f: Vec<&str> = filter.iter().map(|x| s(x)).collect();
+    let o = run(
+        120,
+        &[
+            "eval",
+            "kg",
+            "--embeddings",
+            s(emb),
+            "--test",
+            s(test),
+            "--filter",
+            &f.join(","),
+            "--json",
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.all());
+    serde_json::from_str(o.stdout.trim()).unwrap()
+}
+
+#[test]
+fn every_model_completes_a_planted_knowledge_graph() {
+    let d = tmp();
+    let partners = partner_kg(d.path());
+    let dd = p(d.path(), "triangles");
+    std::fs::create_dir_all(&dd).unwrap();
+    let triangles = triangle_kg(&dd);
+    // Random ranking gives MRR about 0.02 here (300 entities). Symmetric relations suit
+    // DistMult and ComplEx, compositions TransE and RotatE (TransE cannot model symmetry).
+    for (model, epochs, want) in [
+        ("distmult", "60", 0.6),
+        ("complex", "60", 0.6),
+        ("transe", "100", 0.3),
+        ("rotate", "100", 0.3),
+    ] {
+        let (train, valid, test) = if matches!(model, "distmult" | "complex") {
+            &partners
+        } else {
+            &triangles
+        };
+        let emb = p(d.path(), &format!("{model}.h5"));
+        let args = vec![
+            "--graph",
+            s(train),
+            "--model",
+            model,
+            "--dim",
+            "32",
+            "--epochs",
+            epochs,
+            "--batch-size",
+            "128",
+            "--negatives",
+            "64",
+            "--shared-negatives",
+            "16",
+            "--threads",
+            "2",
+            "-o",
+            s(&emb),
+        ];
+        let o = run(120, &args);
+        assert_eq!(o.code, 0, "{model}: {}", o.all());
+        let m = eval_kg(&emb, test, &[train, valid]);
+        let mrr = m["mrr"].as_f64().unwrap();
+        assert!(
+            mrr > want,
+            "{model}: filtered MRR {mrr} (want > {want}): {m}"
+        );
+        for k in ["mr", "hits@1", "hits@3", "hits@10"] {
+            assert!(m[k].as_f64().is_some(), "{model}: no {k} in {m}");
+        }
+        assert_eq!(
+            m["triples"],
+            if matches!(model, "distmult" | "complex") {
+                30
+            } else {
+                20
+            }
+        );
+    }
+}
+
+#[test]
+fn distmult_trains_across_simulated_nodes_to_the_same_quality() {
+    let d = tmp();
+    let (train, valid, test) = partner_kg(d.path());
+    let emb = p(d.path(), "dm4.h5");
+    let metrics = p(d.path(), "m.jsonl");
+    let o = mpirun(
+        4,
+        180,
+        &[
+            "--graph",
+            s(&train),
+            "--model",
+            "distmult",
+            "--dim",
+            "32",
+            "--epochs",
+            "60",
+            "--batch-size",
+            "128",
+            "--negatives",
+            "64",
+            "--shared-negatives",
+            "16",
+            "--threads",
+            "1",
+            "--ranks-per-node",
+            "1",
+            "--comm-timeout",
+            "60",
+            "--metrics",
+            s(&metrics),
+            "-o",
+            s(&emb),
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.all());
+    let m = eval_kg(&emb, &test, &[&train, &valid]);
+    let mrr = m["mrr"].as_f64().unwrap();
+    assert!(mrr > 0.6, "4 simulated nodes: filtered MRR {mrr}: {m}");
+    // Every rank trained its share of the triples and pushed gradients of remote entities.
+    let ms = common::metrics(&metrics);
+    assert_eq!(ms.len(), 4);
+    let pairs: u64 = ms.iter().map(|m| m["pairs"].as_u64().unwrap()).sum();
+    // 150 pairs one way, 105 of them also the other way, 300 noise triples.
+    let triples = 150 + 105 + 300;
+    assert_eq!(pairs, 60 * triples, "every triple once per epoch");
+    assert!(ms
+        .iter()
+        .all(|m| m["push_bytes_sent"].as_u64().unwrap() > 0));
+}
+
+#[test]
+fn bad_knowledge_graph_input_is_named_and_refused() {
+    let d = tmp();
+    let (train, _valid, test) = partner_kg(d.path());
+    // Two columns: the file and line.
+    let two = p(d.path(), "two.txt");
+    std::fs::write(&two, "a\tr\tb\nc\td\n").unwrap();
+    let o = run(
+        30,
+        &[
+            "convert",
+            "--triples",
+            s(&two),
+            "-o",
+            s(&p(d.path(), "x.h5")),
+        ],
+    );
+    assert_ne!(o.code, 0);
+    assert!(
+        o.stderr.contains("two.txt:2") && o.stderr.contains("found 2 fields"),
+        "{}",
+        o.stderr
+    );
+    // A test entity or relation absent from training.
+    let unk = p(d.path(), "unk.txt");
+    std::fs::write(&unk, "e1\tmate\te0\ne1\tmate\tnobody\n").unwrap();
+    let o = run(
+        30,
+        &[
+            "convert",
+            "--triples",
+            s(&unk),
+            "--vocab-from",
+            s(&train),
+            "-o",
+            s(&p(d.path(), "x.h5")),
+        ],
+    );
+    assert_ne!(o.code, 0);
+    assert!(
+        o.stderr.contains("unk.txt:2") && o.stderr.contains("entity 'nobody'"),
+        "{}",
+        o.stderr
+    );
+    // A relation id beyond the table.
+    let bad_rel = p(d.path(), "badrel.h5");
+    {
+        let mut w = graphscale::graph::h5::EdgeWriter::create_triples(&bad_rel).unwrap();
+        w.push_triple(0, 0, 1).unwrap();
+        w.push_triple(1, 7, 2).unwrap();
+        let names: Vec<String> = (0..3).map(|i| format!("e{i}")).collect();
+        w.finish_triples(&names, &["r0".to_string(), "r1".to_string()])
+            .unwrap();
+    }
+    let o = mpirun(
+        2,
+        60,
+        &[
+            "--graph",
+            s(&bad_rel),
+            "--model",
+            "distmult",
+            "--dim",
+            "8",
+            "--comm-timeout",
+            "30",
+            "-o",
+            s(&p(d.path(), "x.h5")),
+        ],
+    );
+    assert_ne!(o.code, 0, "{}", o.all());
+    assert!(
+        o.stderr.contains("badrel.h5") && o.stderr.contains("relation id 7 >= num_relations 2"),
+        "{}",
+        o.stderr
+    );
+    // A knowledge-graph model given a plain graph, and a walk model given triples.
+    let (plain, _) = sbm(d.path(), 100, 2);
+    let o = mpirun(
+        2,
+        60,
+        &[
+            "--graph",
+            s(&plain),
+            "--model",
+            "complex",
+            "--comm-timeout",
+            "30",
+        ],
+    );
+    assert_ne!(o.code, 0);
+    assert!(
+        o.stderr.contains("no dataset 'rel'") && o.stderr.contains("convert --triples"),
+        "{}",
+        o.stderr
+    );
+    let o = mpirun(
+        2,
+        60,
+        &[
+            "--graph",
+            s(&train),
+            "--model",
+            "deepwalk",
+            "--comm-timeout",
+            "30",
+        ],
+    );
+    assert_ne!(o.code, 0);
+    assert!(
+        o.stderr.contains("knowledge graph") && o.stderr.contains("--model distmult"),
+        "{}",
+        o.stderr
+    );
+    // Knowledge-graph flags on a walk model; hogwild on a knowledge-graph model.
+    let o = run(
+        30,
+        &[
+            "--graph",
+            s(&plain),
+            "--model",
+            "deepwalk",
+            "--loss",
+            "softmax",
+        ],
+    );
+    assert_ne!(o.code, 0);
+    assert!(
+        o.stderr
+            .contains("--loss applies to the knowledge-graph models"),
+        "{}",
+        o.stderr
+    );
+    let o = run(
+        30,
+        &[
+            "--graph",
+            s(&train),
+            "--model",
+            "rotate",
+            "--update",
+            "hogwild",
+        ],
+    );
+    assert_ne!(o.code, 0);
+    assert!(o.stderr.contains("drop --update hogwild"), "{}", o.stderr);
+    // Ranking embeddings of a walk model, or a test file of another vocabulary.
+    let walk_emb = p(d.path(), "walk.h5");
+    let o = run(
+        60,
+        &[
+            "--graph",
+            s(&plain),
+            "--walks-per-node",
+            "1",
+            "--walk-length",
+            "10",
+            "--dim",
+            "8",
+            "-o",
+            s(&walk_emb),
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.all());
+    let o = run(
+        30,
+        &[
+            "eval",
+            "kg",
+            "--embeddings",
+            s(&walk_emb),
+            "--test",
+            s(&test),
+        ],
+    );
+    assert_ne!(o.code, 0);
+    assert!(
+        o.stderr.contains("not a knowledge-graph model"),
+        "{}",
+        o.stderr
+    );
+}
