@@ -123,13 +123,11 @@ pub fn rank(emb: &KgEmbeddings, test: &[Triple], known: &[Triple]) -> KgMetrics 
             |scores, &(h, r, t)| {
                 let rel = emb.relation(r);
                 let (eh, et) = (emb.entity(h), emb.entity(t));
-                for (e, s) in scores.iter_mut().enumerate() {
-                    *s = emb.score.score(eh, rel, emb.entity(e as u64), emb.gamma);
-                }
+                emb.score
+                    .score_all(true, eh, rel, &emb.rows, emb.gamma, scores);
                 let tail = filtered_rank(scores, t, &tails[&(h, r)]);
-                for (e, s) in scores.iter_mut().enumerate() {
-                    *s = emb.score.score(emb.entity(e as u64), rel, et, emb.gamma);
-                }
+                emb.score
+                    .score_all(false, et, rel, &emb.rows, emb.gamma, scores);
                 let head = filtered_rank(scores, h, &heads[&(r, t)]);
                 [tail, head]
             },

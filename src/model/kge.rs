@@ -248,6 +248,222 @@ impl Score {
     }
 }
 
+/// How a query scores a candidate entity x: every model's score is one of these in a query
+/// q of the known entity and the relation (`Score::query`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Psi {
+    /// `q . x` (DistMult; ComplEx, whose real part of a complex product is a dot product of
+    /// the `[re | im]` halves with a sign on one side)
+    Dot,
+    /// `gamma - ||q - x||_1` (TransE)
+    L1,
+    /// `gamma - sum_k |q_k - x_k|` over complex coordinates (RotatE)
+    Moduli,
+}
+
+impl Psi {
+    #[inline]
+    fn score(self, q: &[f32], x: &[f32], gamma: f32) -> f32 {
+        match self {
+            Psi::Dot => super::dot(q, x),
+            Psi::L1 => gamma - q.iter().zip(x).map(|(a, b)| (a - b).abs()).sum::<f32>(),
+            Psi::Moduli => {
+                let m = q.len() / 2;
+                let mut d = 0f32;
+                for k in 0..m {
+                    let (ur, ui) = (q[k] - x[k], q[m + k] - x[m + k]);
+                    d += (ur * ur + ui * ui).sqrt();
+                }
+                gamma - d
+            }
+        }
+    }
+
+    /// Add `c` times the score's gradient to `gq` (the query's) and `gx` (the candidate's).
+    #[inline]
+    fn grad(self, q: &[f32], x: &[f32], c: f32, gq: &mut [f32], gx: &mut [f32]) {
+        match self {
+            Psi::Dot => {
+                super::axpy(c, x, gq);
+                super::axpy(c, q, gx);
+            }
+            Psi::L1 => {
+                for k in 0..q.len() {
+                    let d = q[k] - x[k];
+                    let sg = if d > 0.0 {
+                        c
+                    } else if d < 0.0 {
+                        -c
+                    } else {
+                        0.0
+                    };
+                    gq[k] -= sg;
+                    gx[k] += sg;
+                }
+            }
+            Psi::Moduli => {
+                let m = q.len() / 2;
+                for k in 0..m {
+                    let (ur, ui) = (q[k] - x[k], q[m + k] - x[m + k]);
+                    let n = (ur * ur + ui * ui).sqrt();
+                    if n == 0.0 {
+                        continue;
+                    }
+                    let (a, b) = (c * ur / n, c * ui / n);
+                    gq[k] -= a;
+                    gq[m + k] -= b;
+                    gx[k] += a;
+                    gx[m + k] += b;
+                }
+            }
+        }
+    }
+}
+
+impl Score {
+    fn psi(self) -> Psi {
+        match self {
+            Score::DistMult | Score::ComplEx => Psi::Dot,
+            Score::TransE => Psi::L1,
+            Score::RotatE => Psi::Moduli,
+        }
+    }
+
+    /// The query of the known entity `e` (the head when `tail` is true: candidates are tails;
+    /// otherwise the tail) and relation `r`: the score of candidate x is `psi(q, x)`.
+    /// DistMult h.r / r.t; ComplEx h*r / [Re, -Im] of r*conj(t); TransE h + r / t - r; RotatE
+    /// h*e^(i theta) / t*e^(-i theta).
+    #[inline]
+    fn query(self, tail: bool, e: &[f32], r: &[f32], q: &mut [f32]) {
+        let m = e.len() / 2;
+        match (self, tail) {
+            (Score::DistMult, _) => {
+                for k in 0..e.len() {
+                    q[k] = e[k] * r[k];
+                }
+            }
+            (Score::ComplEx, true) => {
+                for k in 0..m {
+                    let (hr, hi, rr, ri) = (e[k], e[m + k], r[k], r[m + k]);
+                    q[k] = hr * rr - hi * ri;
+                    q[m + k] = hr * ri + hi * rr;
+                }
+            }
+            (Score::ComplEx, false) => {
+                for k in 0..m {
+                    let (tr, ti, rr, ri) = (e[k], e[m + k], r[k], r[m + k]);
+                    q[k] = rr * tr + ri * ti;
+                    q[m + k] = rr * ti - ri * tr;
+                }
+            }
+            (Score::TransE, true) => {
+                for k in 0..e.len() {
+                    q[k] = e[k] + r[k];
+                }
+            }
+            (Score::TransE, false) => {
+                for k in 0..e.len() {
+                    q[k] = e[k] - r[k];
+                }
+            }
+            (Score::RotatE, _) => {
+                for k in 0..m {
+                    let (sn, c) = r[k].sin_cos();
+                    let sn = if tail { sn } else { -sn };
+                    let (a, b) = (e[k], e[m + k]);
+                    q[k] = a * c - b * sn;
+                    q[m + k] = a * sn + b * c;
+                }
+            }
+        }
+    }
+
+    /// Add the query's gradient `g` back to its entity (`ge`) and relation (`gr`).
+    #[inline]
+    fn query_grad(
+        self,
+        tail: bool,
+        e: &[f32],
+        r: &[f32],
+        g: &[f32],
+        ge: &mut [f32],
+        gr: &mut [f32],
+    ) {
+        let m = e.len() / 2;
+        match (self, tail) {
+            (Score::DistMult, _) => {
+                for k in 0..e.len() {
+                    ge[k] += g[k] * r[k];
+                    gr[k] += g[k] * e[k];
+                }
+            }
+            (Score::ComplEx, true) => {
+                for k in 0..m {
+                    let (hr, hi, rr, ri, a, b) = (e[k], e[m + k], r[k], r[m + k], g[k], g[m + k]);
+                    ge[k] += a * rr + b * ri;
+                    ge[m + k] += -a * ri + b * rr;
+                    gr[k] += a * hr + b * hi;
+                    gr[m + k] += -a * hi + b * hr;
+                }
+            }
+            (Score::ComplEx, false) => {
+                for k in 0..m {
+                    let (tr, ti, rr, ri, a, b) = (e[k], e[m + k], r[k], r[m + k], g[k], g[m + k]);
+                    gr[k] += a * tr + b * ti;
+                    gr[m + k] += a * ti - b * tr;
+                    ge[k] += a * rr - b * ri;
+                    ge[m + k] += a * ri + b * rr;
+                }
+            }
+            (Score::TransE, true) => {
+                for k in 0..e.len() {
+                    ge[k] += g[k];
+                    gr[k] += g[k];
+                }
+            }
+            (Score::TransE, false) => {
+                for k in 0..e.len() {
+                    ge[k] += g[k];
+                    gr[k] -= g[k];
+                }
+            }
+            (Score::RotatE, _) => {
+                for k in 0..m {
+                    let (sn, c) = r[k].sin_cos();
+                    let sn = if tail { sn } else { -sn };
+                    let (a, b, x, y) = (g[k], g[m + k], e[k], e[m + k]);
+                    ge[k] += a * c + b * sn;
+                    ge[m + k] += -a * sn + b * c;
+                    // d q / d theta = i q (tail) or -i q (head).
+                    let (qr, qi) = (x * c - y * sn, x * sn + y * c);
+                    let d = -a * qi + b * qr;
+                    gr[k] += if tail { d } else { -d };
+                }
+            }
+        }
+    }
+
+    /// Scores of every candidate row of `cands` (`dim` floats each) for the query of `e` and
+    /// `r` (`tail`: candidates are tails), into `out`.
+    pub fn score_all(
+        self,
+        tail: bool,
+        e: &[f32],
+        r: &[f32],
+        cands: &[f32],
+        gamma: f32,
+        out: &mut [f32],
+    ) {
+        let d = e.len();
+        let mut q = vec![0f32; d];
+        self.query(tail, e, r, &mut q);
+        let psi = self.psi();
+        for (o, x) in out.iter_mut().zip(cands.chunks_exact(d)) {
+            *o = psi.score(&q, x, gamma);
+        }
+    }
+}
+
 /// Loss settings shared by a model and its plans.
 #[derive(Clone, Copy, Debug)]
 struct Loss {
@@ -448,6 +664,7 @@ impl KgePlan {
     ) -> f64 {
         let l = self.loss;
         let (k, rd) = (self.k, self.rel_dim);
+        let psi = l.score.psi();
         let row = |s: u32| &rows[s as usize * dim..(s as usize + 1) * dim];
         let negs = &self.negs[c * k..(c + 1) * k];
         let lo = c * self.chunk;
@@ -455,7 +672,7 @@ impl KgePlan {
         let mut scores = vec![0f32; k];
         let mut coef = vec![0f32; k];
         let (mut gh, mut gt, mut grr) = (vec![0f32; dim], vec![0f32; dim], vec![0f32; rd]);
-        let mut gn = vec![0f32; dim];
+        let (mut q, mut gq) = (vec![0f32; dim], vec![0f32; dim]);
         let mut loss = 0f64;
         for i in lo..hi {
             let [hs, ts] = self.pos[i];
@@ -464,38 +681,34 @@ impl KgePlan {
             gh.iter_mut().for_each(|x| *x = 0.0);
             gt.iter_mut().for_each(|x| *x = 0.0);
             grr.iter_mut().for_each(|x| *x = 0.0);
-            let sp = l.score.score(h, r, t, l.gamma);
-            // Tails corrupted, then heads.
-            for side in 0..2 {
-                let true_slot = if side == 0 { ts } else { hs };
+            // Tails corrupted (the query of h and r scores candidate tails), then heads.
+            for tail in [true, false] {
+                let (known, truth, true_slot) = if tail { (h, t, ts) } else { (t, h, hs) };
+                l.score.query(tail, known, r, &mut q);
+                let sp = psi.score(&q, truth, l.gamma);
                 for (j, &n) in negs.iter().enumerate() {
                     scores[j] = if n == SKIP || n == true_slot {
                         f32::NEG_INFINITY
-                    } else if side == 0 {
-                        l.score.score(h, r, row(n), l.gamma)
                     } else {
-                        l.score.score(row(n), r, t, l.gamma)
+                        psi.score(&q, row(n), l.gamma)
                     };
                 }
                 let (lv, cp) = side_loss(l, sp, &scores, &mut coef);
                 loss += lv;
-                l.score.add_grad(h, r, t, cp, &mut gh, &mut grr, &mut gt);
+                gq.iter_mut().for_each(|x| *x = 0.0);
+                {
+                    let gtruth = if tail { &mut gt } else { &mut gh };
+                    psi.grad(&q, truth, cp, &mut gq, gtruth);
+                }
                 for (j, &n) in negs.iter().enumerate() {
                     if coef[j] == 0.0 {
                         continue;
                     }
-                    gn.iter_mut().for_each(|x| *x = 0.0);
-                    let x = row(n);
-                    if side == 0 {
-                        l.score
-                            .add_grad(h, r, x, coef[j], &mut gh, &mut grr, &mut gn);
-                    } else {
-                        l.score
-                            .add_grad(x, r, t, coef[j], &mut gn, &mut grr, &mut gt);
-                    }
                     let dst = &mut g[n as usize * dim..(n as usize + 1) * dim];
-                    dst.iter_mut().zip(&gn).for_each(|(a, b)| *a += b);
+                    psi.grad(&q, row(n), coef[j], &mut gq, dst);
                 }
+                let gknown = if tail { &mut gh } else { &mut gt };
+                l.score.query_grad(tail, known, r, &gq, gknown, &mut grr);
             }
             if l.reg_weight > 0.0 {
                 loss += l.score.add_reg(l.reg, h, l.reg_weight, &mut gh, false);
@@ -680,6 +893,35 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn the_query_form_scores_as_the_model_does_on_both_sides() {
+        let mut rng = crate::sample::rng_for(17, 0, 0);
+        let d = 8;
+        for score in [
+            Score::DistMult,
+            Score::ComplEx,
+            Score::TransE,
+            Score::RotatE,
+        ] {
+            let r = rand_vec(&mut rng, score.rel_dim(d));
+            let (h, t) = (rand_vec(&mut rng, d), rand_vec(&mut rng, d));
+            let want = score.score(&h, &r, &t, 6.0);
+            let mut out = [0f32; 1];
+            score.score_all(true, &h, &r, &t, 6.0, &mut out);
+            assert!(
+                (out[0] - want).abs() < 1e-5,
+                "{score:?} tails: {} vs {want}",
+                out[0]
+            );
+            score.score_all(false, &t, &r, &h, 6.0, &mut out);
+            assert!(
+                (out[0] - want).abs() < 1e-5,
+                "{score:?} heads: {} vs {want}",
+                out[0]
+            );
         }
     }
 
