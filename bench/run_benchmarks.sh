@@ -7,6 +7,8 @@
 #                                     (--ranks-per-node 1) over shared memory and 2 over forced TCP,
 #                                     each also with the earlier remote path (no cache, f32, rma),
 #                                     and 2 and 4 nodes on BlogCatalog relabelled by `reorder`
+#   bench/run_benchmarks.sh kg        knowledge-graph completion on WN18RR: DistMult, ComplEx, TransE,
+#                                     RotatE (inputs/kg/), 1 node and 4 simulated nodes, filtered MRR
 #   bench/run_benchmarks.sh scaling   graphscale (sharded) against the data-parallel baseline
 #                                     (--strategy replicated, sparse and dense sync) at 1, 2 and 4
 #                                     simulated nodes over shared memory and forced TCP, DeepWalk and
@@ -194,6 +196,47 @@ if [[ "$what" == scaling ]]; then
     rm -f "$OUT"/scaling/*/*.png
   fi
   exit 0
+fi
+
+# Knowledge-graph completion on WN18RR: every model with its run file (inputs/kg/), at 1 rank x 2
+# threads and at 4 simulated nodes; filtered MRR/Hits@k of the test set (eval kg), training time
+# and triples/s. MODELS selects models (default: all four); NODES=0 skips the 4-node runs.
+if [[ "$what" == kg ]]; then
+  K="$WORK/kg"; mkdir -p "$K"
+  W="$DATA/wn18rr"
+  "$BIN" convert --triples "$W/train.txt" --names-from "$W/valid.txt,$W/test.txt" -o "$K/train.h5" > /dev/null
+  for f in valid test; do
+    "$BIN" convert --triples "$W/$f.txt" --vocab-from "$K/train.h5" -o "$K/$f.h5" > /dev/null
+  done
+  for m in ${MODELS:-distmult complex transe rotate}; do
+    runs=("1|--map-by slot:PE=2|2|")
+    [[ "${NODES:-1}" == 1 ]] && runs+=("4||1|--ranks-per-node 1")
+    for r in "${runs[@]}"; do
+      IFS='|' read -r n place threads nodes <<< "$r"
+      name="${m}_$n"
+      echo "== $name"
+      # shellcheck disable=SC2086
+      timeout 7200 mpirun --oversubscribe $place -n "$n" "$BIN" --graph "$K/train.h5" --config "inputs/kg/wn18rr_$m.toml" \
+        --threads "$threads" $nodes --comm-timeout 600 ${GS_FLAGS:-} -o "$K/$name.h5" --metrics "$K/$name.jsonl" 2> "$K/$name.log"
+      "$BIN" eval kg --embeddings "$K/$name.h5" --test "$K/test.h5" --filter "$K/train.h5,$K/valid.h5" --json > "$K/${name}_test.json"
+      cat "$K/${name}_test.json"
+    done
+  done
+  python3 - "$K" "$OUT/kg_wn18rr.json" <<'PYEOF'
+import glob, json, os, sys
+k, out = sys.argv[1], sys.argv[2]
+res = {}
+for f in sorted(glob.glob(os.path.join(k, "*_test.json"))):
+    name = os.path.basename(f)[:-len("_test.json")]
+    ms = [json.loads(l) for l in open(os.path.join(k, name + ".jsonl"))]
+    train = max(m["train_seconds"] for m in ms)
+    triples = sum(m["pairs"] for m in ms)
+    res[name] = {"test": json.load(open(f)), "train_seconds": train, "triples_per_second": triples / train,
+                 "ranks": len(ms), "peak_rss_bytes_max": max(m["peak_rss_bytes"] for m in ms)}
+    t = res[name]["test"]
+    print(f"{name:12s} MRR {t['mrr']:.4f}  H@1 {t['hits@1']:.4f}  H@10 {t['hits@10']:.4f}  train {train:.0f} s  {triples / train / 1e3:.1f}k triples/s")
+json.dump(res, open(out, "w"), indent=1)
+PYEOF
 fi
 
 if [[ "$what" == load || "$what" == all ]]; then

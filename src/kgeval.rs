@@ -4,6 +4,12 @@
 //! is 1 + the candidates scoring higher + half of those scoring the same (ties neither help nor
 //! hurt). MRR, MR and Hits@1/3/10 average both sides of every test triple (Bordes et al. 2013's
 //! filtered setting, as the RotatE paper reports).
+//!
+//! Distributed over the ranks of the job: each rank reads one stripe of the entity rows
+//! (entities `rank, rank + ranks, ...`) and scores every test query against its stripe only;
+//! the rows of the test triples' own entities are all-gathered (every rank computes each query
+//! and the true entity's score from the same bytes), and the per-query counts of higher and tied
+//! candidates are summed over the ranks. The result is the same at any rank count.
 
 use std::path::{Path, PathBuf};
 
@@ -11,23 +17,33 @@ use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
+use crate::comm::{Comm, ReduceOp};
 use crate::error::{Error, Result};
 use crate::graph::triples::{read_all, Triple};
 use crate::model::kge::Score;
 
-/// A trained knowledge-graph model as written by `graphscale train --model distmult|...`.
+/// A trained knowledge-graph model as written by `graphscale train --model distmult|...`:
+/// one stripe of its entity rows (entities `first, first + step, ...`), all its relations.
 pub struct KgEmbeddings {
     pub score: Score,
     pub gamma: f32,
     pub entities: usize,
     pub dim: usize,
     pub rows: Vec<f32>,
+    pub first: usize,
+    pub step: usize,
     pub relations: Vec<f32>,
     pub rel_dim: usize,
 }
 
 impl KgEmbeddings {
+    /// Every entity row.
     pub fn read(path: &Path) -> Result<KgEmbeddings> {
+        Self::read_stripe(path, 0, 1)
+    }
+
+    /// Entity rows `rank, rank + ranks, ...`.
+    pub fn read_stripe(path: &Path, rank: usize, ranks: usize) -> Result<KgEmbeddings> {
         let f = crate::graph::h5::open_h5(path)?;
         let model: hdf5::types::VarLenUnicode = f
             .attr("model")
@@ -42,7 +58,8 @@ impl KgEmbeddings {
                 ),
             )
         })?;
-        let (entities, dim, rows) = crate::train::output::read_embeddings(path)?;
+        let (entities, dim, rows) =
+            crate::train::output::read_embeddings_stripe(path, rank, ranks)?;
         let ds = f.dataset("relations").map_err(|_| {
             Error::bad_input(
                 path,
@@ -74,13 +91,28 @@ impl KgEmbeddings {
             entities,
             dim,
             rows,
+            first: rank,
+            step: ranks,
             relations,
             rel_dim,
         })
     }
 
-    fn entity(&self, e: u64) -> &[f32] {
-        &self.rows[e as usize * self.dim..(e as usize + 1) * self.dim]
+    /// Entity `e`'s row, if it is in this stripe.
+    fn local(&self, e: u64) -> Option<&[f32]> {
+        let e = e as usize;
+        if e < self.first || (e - self.first) % self.step != 0 {
+            return None;
+        }
+        let i = (e - self.first) / self.step;
+        self.rows.get(i * self.dim..(i + 1) * self.dim)
+    }
+
+    /// The stripe's index of entity `e`, if it is in the stripe.
+    fn index(&self, e: u64) -> Option<usize> {
+        let e = e as usize;
+        (e >= self.first && (e - self.first) % self.step == 0 && e < self.entities)
+            .then(|| (e - self.first) / self.step)
     }
 
     fn relation(&self, r: u32) -> &[f32] {
@@ -108,34 +140,105 @@ pub struct KgMetrics {
     pub model: String,
 }
 
-/// Rank `test` (with `known` as the filter) against all entities of `emb`.
+/// Rank `test` (with `known` as the filter) against all entities of `emb` (the whole matrix).
 pub fn rank(emb: &KgEmbeddings, test: &[Triple], known: &[Triple]) -> KgMetrics {
+    let rows: FxHashMap<u64, &[f32]> = test
+        .iter()
+        .flat_map(|&(h, _, t)| [h, t])
+        .map(|e| (e, emb.local(e).expect("every row is local")))
+        .collect();
+    let counts = stripe_counts(emb, test, known, &rows);
+    metrics(emb, test, &counts)
+}
+
+/// Per test triple [tail higher, tail ties, head higher, head ties] among this stripe's
+/// candidates, filtered (known true entities other than the truth skipped; the truth is not
+/// its own tie). `rows` holds the rows of every test entity.
+fn stripe_counts(
+    emb: &KgEmbeddings,
+    test: &[Triple],
+    known: &[Triple],
+    rows: &FxHashMap<u64, &[f32]>,
+) -> Vec<u64> {
     let mut tails: FxHashMap<(u64, u32), Vec<u64>> = FxHashMap::default();
     let mut heads: FxHashMap<(u32, u64), Vec<u64>> = FxHashMap::default();
     for &(h, r, t) in known.iter().chain(test) {
         tails.entry((h, r)).or_default().push(t);
         heads.entry((r, t)).or_default().push(h);
     }
-    let ranks: Vec<[f64; 2]> = test
+    let local = emb.rows.len() / emb.dim.max(1);
+    let counts: Vec<[u64; 4]> = test
         .par_iter()
         .map_init(
-            || vec![0f32; emb.entities],
-            |scores, &(h, r, t)| {
+            || (vec![0f32; local], vec![0f32; 1]),
+            |(scores, one), &(h, r, t)| {
                 let rel = emb.relation(r);
-                let (eh, et) = (emb.entity(h), emb.entity(t));
-                emb.score
-                    .score_all(true, eh, rel, &emb.rows, emb.gamma, scores);
-                let tail = filtered_rank(scores, t, &tails[&(h, r)]);
-                emb.score
-                    .score_all(false, et, rel, &emb.rows, emb.gamma, scores);
-                let head = filtered_rank(scores, h, &heads[&(r, t)]);
-                [tail, head]
+                let (eh, et) = (rows[&h], rows[&t]);
+                let mut out = [0u64; 4];
+                for (side, tail) in [true, false].into_iter().enumerate() {
+                    let (e, truth, known) = if tail {
+                        (eh, t, &tails[&(h, r)])
+                    } else {
+                        (et, h, &heads[&(r, t)])
+                    };
+                    // The truth's score from the gathered row, identical on every rank.
+                    emb.score
+                        .score_all(tail, e, rel, rows[&truth], emb.gamma, one);
+                    emb.score
+                        .score_all(tail, e, rel, &emb.rows, emb.gamma, scores);
+                    let (hi, ti) = filtered_counts(emb, scores, one[0], truth, known);
+                    out[2 * side] = hi;
+                    out[2 * side + 1] = ti;
+                }
+                out
             },
         )
         .collect();
-    let n = (2 * ranks.len()).max(1) as f64;
-    let all = ranks.iter().flatten();
-    let mean = |f: &dyn Fn(f64) -> f64| all.clone().map(|&r| f(r)).sum::<f64>() / n;
+    counts.into_iter().flatten().collect()
+}
+
+/// Candidates of the stripe scoring higher than `st` and the same (NaN counts as higher),
+/// without `truth` and the other `known` true entities.
+fn filtered_counts(
+    emb: &KgEmbeddings,
+    scores: &[f32],
+    st: f32,
+    truth: u64,
+    known: &[u64],
+) -> (u64, u64) {
+    let worse = |s: f32| s > st || s.is_nan() || st.is_nan();
+    let (mut higher, mut ties) = (0u64, 0u64);
+    for &s in scores {
+        if worse(s) {
+            higher += 1;
+        } else if s == st {
+            ties += 1;
+        }
+    }
+    let mut seen = rustc_hash::FxHashSet::default();
+    for &k in known.iter().chain([&truth]) {
+        let Some(i) = emb.index(k) else { continue };
+        if !seen.insert(k) {
+            continue;
+        }
+        let s = scores[i];
+        if worse(s) {
+            higher -= 1;
+        } else if s == st {
+            ties -= 1;
+        }
+    }
+    (higher, ties)
+}
+
+/// Metrics from the summed counts of every test triple.
+fn metrics(emb: &KgEmbeddings, test: &[Triple], counts: &[u64]) -> KgMetrics {
+    let ranks: Vec<f64> = counts
+        .chunks_exact(2)
+        .map(|c| 1.0 + c[0] as f64 + c[1] as f64 / 2.0)
+        .collect();
+    let n = ranks.len().max(1) as f64;
+    let mean = |f: &dyn Fn(f64) -> f64| ranks.iter().map(|&r| f(r)).sum::<f64>() / n;
     KgMetrics {
         mrr: mean(&|r| 1.0 / r),
         mr: mean(&|r| r),
@@ -147,80 +250,119 @@ pub fn rank(emb: &KgEmbeddings, test: &[Triple], known: &[Triple]) -> KgMetrics 
     }
 }
 
-/// The rank of `truth` among `scores`, skipping the other `known` true entities: 1 + those
-/// scoring higher + half of those scoring the same. A NaN score counts as higher.
-fn filtered_rank(scores: &[f32], truth: u64, known: &[u64]) -> f64 {
-    let st = scores[truth as usize];
-    let (mut higher, mut ties) = (0u64, 0u64);
-    for &s in scores {
-        if s > st || s.is_nan() || st.is_nan() {
-            higher += 1;
-        } else if s == st {
-            ties += 1;
-        }
-    }
-    // The truth itself is a tie (or, for a NaN, counted above); known true entities leave.
-    if st.is_nan() {
-        higher -= 1;
-    } else {
-        ties -= 1;
-    }
-    let mut seen = rustc_hash::FxHashSet::default();
-    for &k in known {
-        if k == truth || !seen.insert(k) {
-            continue;
-        }
-        let s = scores[k as usize];
-        if s > st || s.is_nan() || st.is_nan() {
-            higher -= 1;
-        } else if s == st {
-            ties -= 1;
-        }
-    }
-    1.0 + higher as f64 + ties as f64 / 2.0
-}
-
-/// `graphscale eval kg`: read, check and rank.
-pub fn evaluate(embeddings: &Path, test: &Path, filter: &[PathBuf]) -> Result<KgMetrics> {
-    let emb = KgEmbeddings::read(embeddings)?;
+/// Collective `graphscale eval kg`: read, check and rank, distributed over the ranks.
+pub fn evaluate(
+    comm: &Comm,
+    embeddings: &Path,
+    test: &Path,
+    filter: &[PathBuf],
+) -> Result<KgMetrics> {
+    let (rank, ranks) = (comm.rank(), comm.size());
+    let emb = crate::spmd::agree(comm, KgEmbeddings::read_stripe(embeddings, rank, ranks))?;
     let rels = emb.num_relations() as u64;
-    let test_triples = read_all(&[test.to_path_buf()], emb.entities as u64, rels)?;
-    let known = read_all(filter, emb.entities as u64, rels)?;
-    Ok(rank(&emb, &test_triples, &known))
+    let read = read_all(&[test.to_path_buf()], emb.entities as u64, rels).and_then(|t| {
+        let k = read_all(filter, emb.entities as u64, rels)?;
+        Ok((t, k))
+    });
+    let (test_triples, known) = crate::spmd::agree(comm, read)?;
+    // The test entities' rows: each rank contributes those of its stripe.
+    let mut need: Vec<u64> = test_triples.iter().flat_map(|&(h, _, t)| [h, t]).collect();
+    need.sort_unstable();
+    need.dedup();
+    let mut mine = Vec::new();
+    for &e in &need {
+        if let Some(row) = emb.local(e) {
+            mine.extend_from_slice(&e.to_le_bytes());
+            mine.extend(row.iter().flat_map(|x| x.to_le_bytes()));
+        }
+    }
+    let parts = comm.all_gather_bytes(&mine);
+    let rec = 8 + 4 * emb.dim;
+    let gathered: Vec<(u64, Vec<f32>)> = parts
+        .iter()
+        .flat_map(|b| b.chunks_exact(rec))
+        .map(|r| {
+            let e = u64::from_le_bytes(r[..8].try_into().expect("8 bytes"));
+            let v = r[8..]
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+                .collect();
+            (e, v)
+        })
+        .collect();
+    let rows: FxHashMap<u64, &[f32]> = gathered.iter().map(|(e, v)| (*e, v.as_slice())).collect();
+    let counts = stripe_counts(&emb, &test_triples, &known, &rows);
+    let counts = comm.all_reduce_u64(&counts, ReduceOp::Sum);
+    Ok(metrics(&emb, &test_triples, &counts))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn filtered_ranks_skip_known_entities_and_split_ties() {
-        // Entity 2 is the truth (score 0.5); 0 scores higher but is a known true tail.
-        let scores = [0.9f32, 0.7, 0.5, 0.5, 0.1];
-        assert_eq!(filtered_rank(&scores, 2, &[]), 1.0 + 2.0 + 0.5);
-        assert_eq!(filtered_rank(&scores, 2, &[0, 2]), 1.0 + 1.0 + 0.5);
-        assert_eq!(filtered_rank(&scores, 2, &[0, 0, 3]), 2.0);
-        assert_eq!(filtered_rank(&scores, 0, &[]), 1.0);
-    }
-
-    #[test]
-    fn a_planted_model_ranks_its_triples_first() {
+    fn one_hot(n: usize, first: usize, step: usize) -> KgEmbeddings {
         // DistMult with one-hot entities and an all-ones relation: (e, 0, e) scores 1 and
-        // every other tail 0, so each test triple ranks first on both sides.
-        let n = 5;
-        let mut rows = vec![0f32; n * n];
-        for e in 0..n {
-            rows[e * n + e] = 1.0;
+        // every other pair 0. A stripe holds entities first, first + step, ...
+        let mut rows = Vec::new();
+        for e in (first..n).step_by(step) {
+            let mut row = vec![0f32; n];
+            row[e] = 1.0;
+            rows.extend(row);
         }
-        let emb = KgEmbeddings {
+        KgEmbeddings {
             score: Score::DistMult,
             gamma: 0.0,
             entities: n,
             dim: n,
             rows,
+            first,
+            step,
             relations: vec![1.0; n],
             rel_dim: n,
-        };
+        }
+    }
+
+    #[test]
+    fn filtered_counts_skip_known_entities_and_the_truth() {
+        // Entity 2 is the truth (score 0.5); 0 scores higher but is a known true tail.
+        let emb = one_hot(5, 0, 1);
+        let scores = [0.9f32, 0.7, 0.5, 0.5, 0.1];
+        assert_eq!(filtered_counts(&emb, &scores, 0.5, 2, &[]), (2, 1));
+        assert_eq!(filtered_counts(&emb, &scores, 0.5, 2, &[0, 2]), (1, 1));
+        assert_eq!(filtered_counts(&emb, &scores, 0.5, 2, &[0, 0, 3]), (1, 0));
+        // A stripe (entities 1, 3) holds neither the truth nor entity 0.
+        let odd = one_hot(5, 1, 2);
+        assert_eq!(filtered_counts(&odd, &[0.7, 0.5], 0.5, 2, &[0, 2]), (1, 1));
+    }
+
+    #[test]
+    fn stripes_sum_to_the_whole_ranking() {
+        let n = 7;
+        let whole = one_hot(n, 0, 1);
+        let test = [(1u64, 0u32, 2u64), (3, 0, 3), (5, 0, 6)];
+        let known = [(1u64, 0u32, 1u64)];
+        let rows: FxHashMap<u64, &[f32]> = (0..n as u64)
+            .map(|e| (e, whole.local(e).unwrap()))
+            .collect();
+        let all = stripe_counts(&whole, &test, &known, &rows);
+        let mut sum = vec![0u64; all.len()];
+        for first in 0..3 {
+            let part = one_hot(n, first, 3);
+            for (s, c) in sum
+                .iter_mut()
+                .zip(stripe_counts(&part, &test, &known, &rows))
+            {
+                *s += c;
+            }
+        }
+        assert_eq!(sum, all);
+    }
+
+    #[test]
+    fn a_planted_model_ranks_its_triples_first() {
+        // (e, 0, e) scores 1 and every other pair 0 (`one_hot`), so each of these test
+        // triples ranks first on both sides.
+        let emb = one_hot(5, 0, 1);
         let m = rank(&emb, &[(1, 0, 1), (3, 0, 3)], &[]);
         assert_eq!((m.mrr, m.mr, m.hits1), (1.0, 1.0, 1.0));
         // A triple the model gets wrong: (1, 0, 2) scores 0 like every tail but 1: the

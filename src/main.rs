@@ -68,6 +68,20 @@ fn main() {
             }
             Ok(())
         }),
+        Some(Command::Eval(EvalCmd::Kg {
+            ref embeddings,
+            ref test,
+            ref filter,
+            json,
+        })) => spmd(&cli.global, |c| {
+            // Ranks score their stripes of the entities (one process without mpirun).
+            let t = std::time::Instant::now();
+            let m = graphscale::kgeval::evaluate(c, embeddings, test, filter)?;
+            if c.rank() == 0 {
+                print_kg(&m, json, t.elapsed().as_secs_f64());
+            }
+            Ok(())
+        }),
         Some(Command::Eval(e)) => serial(|| eval_cmd(&e)),
         Some(Command::Split(ref x)) => serial(|| split_cmd(x)),
         Some(Command::Reorder(ref x)) => serial(|| reorder_cmd(x)),
@@ -301,6 +315,17 @@ fn print_linkpred(
     }
 }
 
+fn print_kg(m: &graphscale::kgeval::KgMetrics, json: bool, secs: f64) {
+    if json {
+        println!("{}", serde_json::to_string(m).expect("metrics serialize"));
+    } else {
+        println!(
+            "{} on {} test triples (filtered, both sides): MRR {:.4}  MR {:.1}  Hits@1 {:.4}  Hits@3 {:.4}  Hits@10 {:.4}  ({secs:.1} s)",
+            m.model, m.triples, m.mrr, m.mr, m.hits1, m.hits3, m.hits10
+        );
+    }
+}
+
 fn eval_cmd(e: &EvalCmd) -> Result<()> {
     if let EvalCmd::Linkpred {
         embeddings,
@@ -317,32 +342,6 @@ fn eval_cmd(e: &EvalCmd) -> Result<()> {
         print_linkpred(&r, *score, *json);
         return Ok(());
     }
-    if let EvalCmd::Kg {
-        embeddings,
-        test,
-        filter,
-        json,
-    } = e
-    {
-        let t = std::time::Instant::now();
-        let m = graphscale::kgeval::evaluate(embeddings, test, filter)?;
-        if *json {
-            println!("{}", serde_json::to_string(&m).expect("metrics serialize"));
-        } else {
-            println!(
-                "{} on {} test triples (filtered, both sides): MRR {:.4}  MR {:.1}  Hits@1 {:.4}  Hits@3 {:.4}  Hits@10 {:.4}  ({:.1} s)",
-                m.model,
-                m.triples,
-                m.mrr,
-                m.mr,
-                m.hits1,
-                m.hits3,
-                m.hits10,
-                t.elapsed().as_secs_f64()
-            );
-        }
-        return Ok(());
-    }
     let EvalCmd::Nodeclf {
         embeddings,
         labels,
@@ -353,7 +352,7 @@ fn eval_cmd(e: &EvalCmd) -> Result<()> {
         json,
     } = e
     else {
-        unreachable!("link prediction and kg returned above");
+        unreachable!("link prediction returned above; kg runs on every rank (main)");
     };
     if *repeats == 0 {
         return Err(Error::config("--repeats must be at least 1"));

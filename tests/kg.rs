@@ -217,6 +217,29 @@ fn distmult_trains_across_simulated_nodes_to_the_same_quality() {
     let m = eval_kg(&emb, &test, &[&train, &valid]);
     let mrr = m["mrr"].as_f64().unwrap();
     assert!(mrr > 0.6, "4 simulated nodes: filtered MRR {mrr}: {m}");
+    // The ranking distributed over 3 ranks (each scoring its stripe of entities) is the
+    // single process's, exactly.
+    let filter = format!("{},{}", s(&train), s(&valid));
+    let o = mpirun(
+        3,
+        120,
+        &[
+            "eval",
+            "kg",
+            "--embeddings",
+            s(&emb),
+            "--test",
+            s(&test),
+            "--filter",
+            &filter,
+            "--json",
+            "--comm-timeout",
+            "60",
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.all());
+    let dist: serde_json::Value = serde_json::from_str(o.stdout.trim()).unwrap();
+    assert_eq!(dist, m, "3 ranks against 1 process");
     // Every rank trained its share of the triples and pushed gradients of remote entities.
     let ms = common::metrics(&metrics);
     assert_eq!(ms.len(), 4);
