@@ -200,7 +200,8 @@ fi
 
 # Knowledge-graph completion on WN18RR: every model with its run file (inputs/kg/), at 1 rank x 2
 # threads and at 4 simulated nodes; filtered MRR/Hits@k of the test set (eval kg), training time
-# and triples/s. MODELS selects models (default: all four); NODES=0 skips the 4-node runs.
+# and triples/s. MODELS selects models (default: all four); RANKS the rank counts (default
+# "1 4": 1 rank x 2 threads, and 4 simulated nodes of 1 rank x 1 thread).
 if [[ "$what" == kg ]]; then
   K="$WORK/kg"; mkdir -p "$K"
   W="$DATA/wn18rr"
@@ -209,10 +210,8 @@ if [[ "$what" == kg ]]; then
     "$BIN" convert --triples "$W/$f.txt" --vocab-from "$K/train.h5" -o "$K/$f.h5" > /dev/null
   done
   for m in ${MODELS:-distmult complex transe rotate}; do
-    runs=("1|--map-by slot:PE=2|2|")
-    [[ "${NODES:-1}" == 1 ]] && runs+=("4||1|--ranks-per-node 1")
-    for r in "${runs[@]}"; do
-      IFS='|' read -r n place threads nodes <<< "$r"
+    for n in ${RANKS:-1 4}; do
+      if [[ $n == 1 ]]; then place="--map-by slot:PE=2" threads=2 nodes=""; else place="" threads=1 nodes="--ranks-per-node 1"; fi
       name="${m}_$n"
       echo "== $name"
       # shellcheck disable=SC2086

@@ -753,9 +753,10 @@ pub const KG_CHUNK: usize = 64;
 pub const KG_BATCH: usize = 1024;
 pub const KG_EPOCHS: u32 = 30;
 pub const KG_N3: f32 = 0.05;
-/// Adagrad's learning rate for knowledge-graph models (WN18RR, 30 epochs, filtered MRR on the
+/// Adagrad's learning rate for DistMult and ComplEx (WN18RR, 30 epochs, filtered MRR on the
 /// validation set: DistMult 0.407 at 0.3, 0.418 at 0.5, 0.411 at 1.0 (test 0.335 at 0.1);
-/// ComplEx 0.402 at 0.1, 0.439 at 0.5).
+/// ComplEx 0.402 at 0.1, 0.439 at 0.5). TransE and RotatE keep Adagrad's 0.1 (RotatE: valid
+/// 0.462).
 pub const KG_ADAGRAD_LR: f32 = 0.5;
 
 pub fn default_output(graph: &std::path::Path) -> PathBuf {
@@ -820,11 +821,13 @@ impl TrainConfig {
             dtype: r.dtype.unwrap_or(Dtype::F32),
             optimizer,
             momentum: r.momentum.unwrap_or(0.9),
-            lr: r.lr.unwrap_or(if kg && optimizer == Optimizer::Adagrad {
-                KG_ADAGRAD_LR
-            } else {
-                default_lr
-            }),
+            lr: r
+                .lr
+                .unwrap_or(if kg && !distance && optimizer == Optimizer::Adagrad {
+                    KG_ADAGRAD_LR
+                } else {
+                    default_lr
+                }),
             warmup: r.warmup.unwrap_or(0.0),
             walks_per_node: r.walks_per_node.unwrap_or(10),
             walk_length: r.walk_length.unwrap_or(80),
