@@ -271,6 +271,14 @@ pub struct RawTrain {
     /// Knowledge-graph models: how negatives are drawn (uniform or degree)
     #[arg(long, value_enum)]
     pub negative_sampling: Option<NegSampling>,
+    /// Knowledge-graph models: validation triples (converted with --vocab-from the training
+    /// file), ranked (filtered by train and valid) every --valid-every epochs and after the
+    /// last; MRR and Hits@10 go to the progress line and the metrics (`valid`)
+    #[arg(long)]
+    pub valid: Option<PathBuf>,
+    /// Epochs between validations (--valid; default 5)
+    #[arg(long)]
+    pub valid_every: Option<u32>,
     /// Test hook: make one rank fail, `rank=R,step=S,kind=panic|exit|hang|kill`.
     #[arg(long, hide = true)]
     #[serde(skip)]
@@ -371,6 +379,8 @@ struct FileTraining {
     gamma: Option<f32>,
     adversarial_temperature: Option<f32>,
     negative_sampling: Option<NegSampling>,
+    valid: Option<PathBuf>,
+    valid_every: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -439,6 +449,8 @@ impl RawTrain {
             gamma: f.training.gamma,
             adversarial_temperature: f.training.adversarial_temperature,
             negative_sampling: f.training.negative_sampling,
+            valid: f.training.valid,
+            valid_every: f.training.valid_every,
             inject_fault: None,
         })
     }
@@ -497,6 +509,8 @@ impl RawTrain {
             gamma,
             adversarial_temperature,
             negative_sampling,
+            valid,
+            valid_every,
             inject_fault
         )
     }
@@ -560,6 +574,8 @@ pub struct TrainConfig {
     pub gamma: f32,
     pub adversarial_temperature: f32,
     pub negative_sampling: NegSampling,
+    pub valid: Option<PathBuf>,
+    pub valid_every: u32,
     #[serde(skip)]
     pub inject_fault: Option<Fault>,
 }
@@ -896,6 +912,8 @@ impl TrainConfig {
                 0.0
             }),
             negative_sampling: r.negative_sampling.unwrap_or(NegSampling::Uniform),
+            valid: r.valid.clone(),
+            valid_every: r.valid_every.unwrap_or(5),
             inject_fault: r
                 .inject_fault
                 .as_deref()
@@ -914,6 +932,8 @@ impl TrainConfig {
                 "--adversarial-temperature",
             ),
             (r.negative_sampling.is_some(), "--negative-sampling"),
+            (r.valid.is_some(), "--valid"),
+            (r.valid_every.is_some(), "--valid-every"),
         ];
         if kg {
             let mut errs = Vec::new();
@@ -946,6 +966,9 @@ impl TrainConfig {
             }
             if c.negatives == 0 {
                 errs.push("--negatives must be at least 1 for knowledge-graph models".into());
+            }
+            if c.valid_every == 0 {
+                errs.push("--valid-every must be at least 1 (epochs)".into());
             }
             if !errs.is_empty() {
                 return Err(Error::config(errs.join("; ")));

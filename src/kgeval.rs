@@ -19,19 +19,21 @@ use serde::Serialize;
 
 use crate::comm::{Comm, ReduceOp};
 use crate::error::{Error, Result};
+use crate::graph::partition::{Partitioner, Scheme};
 use crate::graph::triples::{read_all, Triple};
 use crate::model::kge::Score;
 
 /// A trained knowledge-graph model as written by `graphscale train --model distmult|...`:
-/// one stripe of its entity rows (entities `first, first + step, ...`), all its relations.
+/// this rank's entity rows under `part` (a stripe when read from a file, the training shard
+/// during training), all its relations.
 pub struct KgEmbeddings {
     pub score: Score,
     pub gamma: f32,
     pub entities: usize,
     pub dim: usize,
     pub rows: Vec<f32>,
-    pub first: usize,
-    pub step: usize,
+    pub part: Partitioner,
+    pub rank: usize,
     pub relations: Vec<f32>,
     pub rel_dim: usize,
 }
@@ -91,28 +93,26 @@ impl KgEmbeddings {
             entities,
             dim,
             rows,
-            first: rank,
-            step: ranks,
+            part: Partitioner::new(Scheme::Striped, entities as u64, ranks),
+            rank,
             relations,
             rel_dim,
         })
     }
 
-    /// Entity `e`'s row, if it is in this stripe.
+    /// Entity `e`'s row, if this rank holds it.
     fn local(&self, e: u64) -> Option<&[f32]> {
-        let e = e as usize;
-        if e < self.first || (e - self.first) % self.step != 0 {
-            return None;
-        }
-        let i = (e - self.first) / self.step;
+        let i = self.index(e)?;
         self.rows.get(i * self.dim..(i + 1) * self.dim)
     }
 
-    /// The stripe's index of entity `e`, if it is in the stripe.
+    /// This rank's row index of entity `e`, if it holds it.
     fn index(&self, e: u64) -> Option<usize> {
-        let e = e as usize;
-        (e >= self.first && (e - self.first) % self.step == 0 && e < self.entities)
-            .then(|| (e - self.first) / self.step)
+        if e >= self.entities as u64 {
+            return None;
+        }
+        let (owner, row) = self.part.locate(e);
+        (owner == self.rank).then_some(row)
     }
 
     fn relation(&self, r: u32) -> &[f32] {
@@ -265,7 +265,18 @@ pub fn evaluate(
         Ok((t, k))
     });
     let (test_triples, known) = crate::spmd::agree(comm, read)?;
-    // The test entities' rows: each rank contributes those of its stripe.
+    Ok(rank_distributed(comm, &emb, &test_triples, &known))
+}
+
+/// Collective: rank `test` (filtered by `known`) with every rank holding its part of the
+/// entity rows (`emb.part`); the same result on every rank.
+pub fn rank_distributed(
+    comm: &Comm,
+    emb: &KgEmbeddings,
+    test_triples: &[Triple],
+    known: &[Triple],
+) -> KgMetrics {
+    // The test entities' rows: each rank contributes those it holds.
     let mut need: Vec<u64> = test_triples.iter().flat_map(|&(h, _, t)| [h, t]).collect();
     need.sort_unstable();
     need.dedup();
@@ -291,9 +302,9 @@ pub fn evaluate(
         })
         .collect();
     let rows: FxHashMap<u64, &[f32]> = gathered.iter().map(|(e, v)| (*e, v.as_slice())).collect();
-    let counts = stripe_counts(&emb, &test_triples, &known, &rows);
+    let counts = stripe_counts(emb, test_triples, known, &rows);
     let counts = comm.all_reduce_u64(&counts, ReduceOp::Sum);
-    Ok(metrics(&emb, &test_triples, &counts))
+    metrics(emb, test_triples, &counts)
 }
 
 #[cfg(test)]
@@ -315,8 +326,8 @@ mod tests {
             entities: n,
             dim: n,
             rows,
-            first,
-            step,
+            part: Partitioner::new(Scheme::Striped, n as u64, step),
+            rank: first,
             relations: vec![1.0; n],
             rel_dim: n,
         }

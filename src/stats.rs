@@ -113,6 +113,10 @@ pub struct RankMetrics {
     /// one-sided reads)].
     #[serde(default)]
     pub timeline: Vec<[f64; 3]>,
+    /// Knowledge graphs with `--valid`: [epoch, filtered MRR, Hits@10] of the validation
+    /// triples after that epoch (the same on every rank).
+    #[serde(default)]
+    pub valid: Vec<[f64; 3]>,
 }
 
 /// The first interval of [`RankMetrics::timeline`].

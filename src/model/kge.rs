@@ -25,7 +25,7 @@ use rand::RngExt;
 use super::{Cells, Grads, Model, Plan, Work, SKIP};
 use crate::config::{KgLoss, Model as Kind, NegSampling, Reg, TrainConfig};
 use crate::error::{Error, Result};
-use crate::graph::triples::TripleFile;
+use crate::graph::triples::{Triple, TripleFile};
 use crate::graph::LocalGraph;
 use crate::sample::negatives::NegativePool;
 use crate::sample::Rng;
@@ -627,6 +627,29 @@ impl Model for Kge {
             crate::graph::h5::write_names(&f, path, "relation_names", &n)?;
         }
         Ok(())
+    }
+
+    fn validate(
+        &self,
+        comm: &crate::comm::Comm,
+        rows: Vec<f32>,
+        dim: usize,
+        g: &LocalGraph,
+        valid: &[Triple],
+        known: &[Triple],
+    ) -> Option<crate::kgeval::KgMetrics> {
+        let emb = crate::kgeval::KgEmbeddings {
+            score: self.loss.score,
+            gamma: self.loss.gamma,
+            entities: g.num_nodes() as usize,
+            dim,
+            rows,
+            part: g.part.clone(),
+            rank: comm.rank(),
+            relations: self.rel.to_vec(),
+            rel_dim: self.rel_dim,
+        };
+        Some(crate::kgeval::rank_distributed(comm, &emb, valid, known))
     }
 
     fn apply_replicated(&mut self, grads: &[f32], lr: f32) {

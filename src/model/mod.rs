@@ -86,6 +86,23 @@ pub trait Model: Send + Sync + Sized + 'static {
         let _ = (grads, lr);
     }
 
+    /// Collective: rank `valid` (filtered by `known`) with this rank's rows `rows` (f32, `dim`
+    /// each, as `part` places them) and the model's other parameters; `None` for a model
+    /// without a ranking evaluation.
+    #[allow(clippy::too_many_arguments)]
+    fn validate(
+        &self,
+        comm: &crate::comm::Comm,
+        rows: Vec<f32>,
+        dim: usize,
+        g: &LocalGraph,
+        valid: &[Triple],
+        known: &[Triple],
+    ) -> Option<crate::kgeval::KgMetrics> {
+        let _ = (comm, rows, dim, g, valid, known);
+        None
+    }
+
     /// Add what the model holds besides its sharded rows to the written output (rank 0, after
     /// the rows are written): e.g. relation parameters.
     fn write_output(&self, path: &std::path::Path) -> Result<()> {

@@ -249,12 +249,25 @@ fn run_model<M: model::Model>(
     load_secs: f64,
     estimate: u64,
 ) -> Result<Outcome> {
-    // Triples of a knowledge graph: this rank's contiguous share of the file.
+    // Triples of a knowledge graph: this rank's contiguous share of the file; with --valid,
+    // the validation triples and the filter (every training and validation triple) on every
+    // rank.
     let triples = if cfg.model.is_kg() {
         let read = TripleFile::open(&cfg.graph).and_then(|f| {
             let (n, r) = (f.len(), comm.rank() as u64);
             let p = comm.size() as u64;
-            f.read(n * r / p, n * (r + 1) / p)
+            let mine = f.read(n * r / p, n * (r + 1) / p)?;
+            let valid = match &cfg.valid {
+                Some(v) => {
+                    let (e, rels) = (f.num_entities(), f.num_relations);
+                    let valid = crate::graph::triples::read_all(std::slice::from_ref(v), e, rels)?;
+                    let mut known = f.read(0, n)?;
+                    known.extend_from_slice(&valid);
+                    Some((valid, known))
+                }
+                None => None,
+            };
+            Ok((mine, valid))
         });
         Some(agree(comm, read)?)
     } else {
@@ -275,7 +288,7 @@ fn run_model<M: model::Model>(
     (tr.m.threads, tr.m.dim, tr.m.wire_bytes) = (cfg.threads, cfg.dim, cfg.wire_dtype.size());
     let t = Timer::start();
     match (cfg.model, triples) {
-        (_, Some(mut t)) => tr.train_triples(&mut t),
+        (_, Some((mut t, valid))) => tr.train_triples(&mut t, valid.as_ref()),
         (Model::Deepwalk | Model::Node2vec, None) => tr.train_walks(),
         (_, None) => tr.train_line(),
     }
@@ -768,7 +781,11 @@ impl<'a, M: model::Model> Trainer<'a, M> {
     /// Knowledge graphs: every epoch shuffles this rank's triples and trains them in steps of
     /// its share of `--batch-size`; every rank takes the same number of steps (the largest
     /// share's), the others with empty batches. Adagrad's learning rate stays constant.
-    fn train_triples(&mut self, triples: &mut [Triple]) {
+    fn train_triples(
+        &mut self,
+        triples: &mut [Triple],
+        valid: Option<&(Vec<Triple>, Vec<Triple>)>,
+    ) {
         use rand::seq::SliceRandom;
         let cfg = self.cfg;
         let per_rank = cfg.batch_size.div_ceil(self.comm.size()).max(1);
@@ -781,7 +798,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         let mut progress = Progress::new(self.comm.rank() == 0);
         let lr = cfg.lr;
         let mut done = 0f64;
-        for _ in 0..cfg.epochs {
+        for epoch in 1..=cfg.epochs {
             triples.shuffle(&mut rng);
             for s in 0..steps as usize {
                 let lo = (s * per_rank).min(triples.len());
@@ -791,8 +808,47 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                 done += 1.0;
                 progress.tick(done / total, &self.m, lr);
             }
+            if let Some((v, known)) = valid {
+                if epoch % cfg.valid_every == 0 || epoch == cfg.epochs {
+                    self.drain(lr);
+                    self.validate(epoch, v, known);
+                }
+            }
         }
         self.drain(lr);
+    }
+
+    /// Collective (`--valid`): rank the validation triples with the rows as they are now.
+    fn validate(&mut self, epoch: u32, valid: &[Triple], known: &[Triple]) {
+        let t = Timer::start();
+        let (shard, dim) = (&self.shards[VERTEX], self.cfg.dim);
+        let rows = shard.window.with_local(|bytes| {
+            let mut out = vec![0f32; shard.rows * dim];
+            for (o, b) in out
+                .chunks_exact_mut(dim)
+                .zip(bytes.chunks_exact(shard.row_bytes()))
+            {
+                decode_row(shard.dtype, b, o);
+            }
+            out
+        });
+        let Some(m) = self
+            .model
+            .validate(self.comm, rows, dim, self.g, valid, known)
+        else {
+            return;
+        };
+        self.m.valid.push([f64::from(epoch), m.mrr, m.hits10]);
+        if self.comm.rank() == 0 {
+            eprintln!(
+                "graphscale: epoch {epoch}: valid MRR {:.4}  Hits@1 {:.4}  Hits@10 {:.4}  ({} triples, filtered; {:.1} s)",
+                m.mrr,
+                m.hits1,
+                m.hits10,
+                m.triples,
+                t.secs()
+            );
+        }
     }
 
     fn train_line(&mut self) {
