@@ -264,49 +264,35 @@ fn distmult_trains_across_simulated_nodes_to_the_same_quality() {
     assert!(ms.iter().all(|m| &m["valid"] == v0));
 }
 
+/// The command failed and its error names every one of `wants`.
+fn refused(o: Out, wants: &[&str]) {
+    assert_ne!(o.code, 0, "{}", o.all());
+    for w in wants {
+        assert!(o.stderr.contains(w), "no '{w}' in: {}", o.stderr);
+    }
+}
+
 #[test]
 fn bad_knowledge_graph_input_is_named_and_refused() {
     let d = tmp();
     let (train, _valid, test) = partner_kg(d.path());
+    let x = p(d.path(), "x.h5");
     // Two columns: the file and line.
     let two = p(d.path(), "two.txt");
     std::fs::write(&two, "a\tr\tb\nc\td\n").unwrap();
-    let o = run(
-        30,
-        &[
-            "convert",
-            "--triples",
-            s(&two),
-            "-o",
-            s(&p(d.path(), "x.h5")),
-        ],
-    );
-    assert_ne!(o.code, 0);
-    assert!(
-        o.stderr.contains("two.txt:2") && o.stderr.contains("found 2 fields"),
-        "{}",
-        o.stderr
-    );
+    let convert = |args: &[&str]| {
+        run(
+            30,
+            &[&["convert", "--triples"], args, &["-o", s(&x)]].concat(),
+        )
+    };
+    refused(convert(&[s(&two)]), &["two.txt:2", "found 2 fields"]);
     // A test entity or relation absent from training.
     let unk = p(d.path(), "unk.txt");
     std::fs::write(&unk, "e1\tmate\te0\ne1\tmate\tnobody\n").unwrap();
-    let o = run(
-        30,
-        &[
-            "convert",
-            "--triples",
-            s(&unk),
-            "--vocab-from",
-            s(&train),
-            "-o",
-            s(&p(d.path(), "x.h5")),
-        ],
-    );
-    assert_ne!(o.code, 0);
-    assert!(
-        o.stderr.contains("unk.txt:2") && o.stderr.contains("entity 'nobody'"),
-        "{}",
-        o.stderr
+    refused(
+        convert(&[s(&unk), "--vocab-from", s(&train)]),
+        &["unk.txt:2", "entity 'nobody'"],
     );
     // A relation id beyond the table.
     let bad_rel = p(d.path(), "badrel.h5");
@@ -318,99 +304,59 @@ fn bad_knowledge_graph_input_is_named_and_refused() {
         w.finish_triples(&names, &["r0".to_string(), "r1".to_string()])
             .unwrap();
     }
-    let o = mpirun(
-        2,
-        60,
-        &[
-            "--graph",
-            s(&bad_rel),
-            "--model",
-            "distmult",
-            "--dim",
-            "8",
-            "--comm-timeout",
-            "30",
-            "-o",
-            s(&p(d.path(), "x.h5")),
-        ],
-    );
-    assert_ne!(o.code, 0, "{}", o.all());
-    assert!(
-        o.stderr.contains("badrel.h5") && o.stderr.contains("relation id 7 >= num_relations 2"),
-        "{}",
-        o.stderr
+    // Every rank ends, non-zero, before training.
+    let train_on = |graph: &Path, model: &str| {
+        let args = ["--graph", s(graph), "--model", model, "--dim", "8"];
+        mpirun(
+            2,
+            60,
+            &[&args[..], &["--comm-timeout", "30", "-o", s(&x)]].concat(),
+        )
+    };
+    refused(
+        train_on(&bad_rel, "distmult"),
+        &["badrel.h5", "relation id 7 >= num_relations 2"],
     );
     // A knowledge-graph model given a plain graph, and a walk model given triples.
     let (plain, _) = sbm(d.path(), 100, 2);
-    let o = mpirun(
-        2,
-        60,
-        &[
-            "--graph",
-            s(&plain),
-            "--model",
-            "complex",
-            "--comm-timeout",
-            "30",
-        ],
+    refused(
+        train_on(&plain, "complex"),
+        &["no dataset 'rel'", "convert --triples"],
     );
-    assert_ne!(o.code, 0);
-    assert!(
-        o.stderr.contains("no dataset 'rel'") && o.stderr.contains("convert --triples"),
-        "{}",
-        o.stderr
-    );
-    let o = mpirun(
-        2,
-        60,
-        &[
-            "--graph",
-            s(&train),
-            "--model",
-            "deepwalk",
-            "--comm-timeout",
-            "30",
-        ],
-    );
-    assert_ne!(o.code, 0);
-    assert!(
-        o.stderr.contains("knowledge graph") && o.stderr.contains("--model distmult"),
-        "{}",
-        o.stderr
+    refused(
+        train_on(&train, "deepwalk"),
+        &["knowledge graph", "--model distmult"],
     );
     // Knowledge-graph flags on a walk model; hogwild on a knowledge-graph model.
-    let o = run(
-        30,
-        &[
-            "--graph",
-            s(&plain),
-            "--model",
-            "deepwalk",
-            "--loss",
-            "softmax",
-        ],
+    refused(
+        run(
+            30,
+            &[
+                "--graph",
+                s(&plain),
+                "--model",
+                "deepwalk",
+                "--loss",
+                "softmax",
+            ],
+        ),
+        &["--loss applies to the knowledge-graph models"],
     );
-    assert_ne!(o.code, 0);
-    assert!(
-        o.stderr
-            .contains("--loss applies to the knowledge-graph models"),
-        "{}",
-        o.stderr
+    refused(
+        run(
+            30,
+            &[
+                "--graph",
+                s(&train),
+                "--model",
+                "rotate",
+                "--update",
+                "hogwild",
+            ],
+        ),
+        &["drop --update hogwild"],
     );
-    let o = run(
-        30,
-        &[
-            "--graph",
-            s(&train),
-            "--model",
-            "rotate",
-            "--update",
-            "hogwild",
-        ],
-    );
-    assert_ne!(o.code, 0);
-    assert!(o.stderr.contains("drop --update hogwild"), "{}", o.stderr);
-    // Ranking embeddings of a walk model, or a test file of another vocabulary.
+    // Ranking embeddings of a walk model.
     let walk_emb = p(d.path(), "walk.h5");
     let o = run(
         60,
@@ -428,21 +374,18 @@ fn bad_knowledge_graph_input_is_named_and_refused() {
         ],
     );
     assert_eq!(o.code, 0, "{}", o.all());
-    let o = run(
-        30,
-        &[
-            "eval",
-            "kg",
-            "--embeddings",
-            s(&walk_emb),
-            "--test",
-            s(&test),
-        ],
-    );
-    assert_ne!(o.code, 0);
-    assert!(
-        o.stderr.contains("not a knowledge-graph model"),
-        "{}",
-        o.stderr
+    refused(
+        run(
+            30,
+            &[
+                "eval",
+                "kg",
+                "--embeddings",
+                s(&walk_emb),
+                "--test",
+                s(&test),
+            ],
+        ),
+        &["not a knowledge-graph model"],
     );
 }
