@@ -841,8 +841,12 @@ impl Plan for KgePlan {
         use rayon::prelude::*;
         let chunks = self.pos.len().div_ceil(self.chunk);
         let (nrow, nrel) = (rows.len(), self.rel.len());
+        // Each fold task zeroes and later sums a whole gradient buffer: at most one task per
+        // thread (rayon would otherwise split the chunks further and allocate more buffers).
+        let per_task = chunks.div_ceil(rayon::current_num_threads()).max(1);
         let (g, gr, loss) = (0..chunks)
             .into_par_iter()
+            .with_min_len(per_task)
             .fold(
                 || (vec![0f32; nrow], vec![0f32; nrel], 0f64),
                 |(mut g, mut gr, loss), c| {
