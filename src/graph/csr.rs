@@ -2,7 +2,14 @@
 //! for undirected graphs), built by a distributed load in which every rank reads one contiguous
 //! hyperslab of the edge datasets and sends each edge to its owner. Memory per rank is
 //! O((V + E) / N): no rank holds the whole graph.
+//!
+//! The load holds no more than the result: a first pass over the file counts every owned node's
+//! degree, the arrays are then allocated at their final size, and a second pass places each
+//! entry where it belongs. Targets take 4 bytes when every node id fits in 32 bits (any graph
+//! of fewer than 2^32 nodes, a billion-node graph included), 8 otherwise; each exchange round
+//! moves at most `chunk_edges` edges per rank.
 
+use std::ops::Range;
 use std::path::Path;
 
 use super::h5::EdgeFile;
@@ -13,9 +20,158 @@ use crate::error::{Error, Result};
 use crate::spmd::agree;
 
 /// Edges read per rank per exchange round during the load (bounds the load's memory).
-pub const LOAD_CHUNK_EDGES: u64 = 1 << 22;
+pub const LOAD_CHUNK_EDGES: u64 = 1 << 20;
 
-const RECORD: usize = 20;
+/// Adjacency targets, 4 bytes each when every node id of the graph fits, else 8.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Targets {
+    Narrow(Vec<u32>),
+    Wide(Vec<u64>),
+}
+
+impl Targets {
+    /// `len` zero targets in the width `num_nodes` needs.
+    pub fn zeros(num_nodes: u64, len: usize) -> Targets {
+        if Targets::narrow(num_nodes) {
+            Targets::Narrow(vec![0; len])
+        } else {
+            Targets::Wide(vec![0; len])
+        }
+    }
+
+    /// Whether ids of a graph of `num_nodes` nodes are stored in 4 bytes.
+    pub fn narrow(num_nodes: u64) -> bool {
+        num_nodes <= u64::from(u32::MAX)
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Targets::Narrow(t) => t.len(),
+            Targets::Wide(t) => t.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes per target.
+    pub fn width(&self) -> usize {
+        match self {
+            Targets::Narrow(_) => 4,
+            Targets::Wide(_) => 8,
+        }
+    }
+
+    /// The targets as bytes (native order), for a node-shared copy.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Targets::Narrow(t) => bytemuck::cast_slice(t),
+            Targets::Wide(t) => bytemuck::cast_slice(t),
+        }
+    }
+
+    #[inline]
+    pub fn slice(&self, r: Range<usize>) -> Nbrs<'_> {
+        match self {
+            Targets::Narrow(t) => Nbrs::Narrow(&t[r]),
+            Targets::Wide(t) => Nbrs::Wide(&t[r]),
+        }
+    }
+
+    #[inline]
+    pub fn get(&self, i: usize) -> NodeId {
+        match self {
+            Targets::Narrow(t) => u64::from(t[i]),
+            Targets::Wide(t) => t[i],
+        }
+    }
+
+    #[inline]
+    fn set(&mut self, i: usize, v: NodeId) {
+        match self {
+            // The width was chosen so that every id fits.
+            Targets::Narrow(t) => t[i] = v as u32,
+            Targets::Wide(t) => t[i] = v,
+        }
+    }
+
+    /// Sort `r` and permute `weights[r]` alike (weights may be empty: unweighted; they are
+    /// finite and non-negative, so their bits order as their values).
+    fn sort_range(&mut self, r: Range<usize>, weights: &mut [f32], scratch: &mut Vec<(u64, f32)>) {
+        if weights.is_empty() {
+            match self {
+                Targets::Narrow(t) => t[r].sort_unstable(),
+                Targets::Wide(t) => t[r].sort_unstable(),
+            }
+            return;
+        }
+        scratch.clear();
+        scratch.extend(r.clone().map(|j| (self.get(j), weights[j])));
+        // Duplicate edges in weight order too: the CSR does not depend on arrival order.
+        scratch.sort_unstable_by_key(|&(d, w)| (d, w.to_bits()));
+        for (j, &(d, w)) in r.zip(scratch.iter()) {
+            self.set(j, d);
+            weights[j] = w;
+        }
+    }
+}
+
+/// One node's neighbours (sorted), in the width of the graph's [`Targets`].
+#[derive(Clone, Copy, Debug)]
+pub enum Nbrs<'a> {
+    Narrow(&'a [u32]),
+    Wide(&'a [u64]),
+}
+
+impl<'a> Nbrs<'a> {
+    #[inline]
+    pub fn len(&self) -> usize {
+        match self {
+            Nbrs::Narrow(t) => t.len(),
+            Nbrs::Wide(t) => t.len(),
+        }
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    #[inline]
+    pub fn get(&self, i: usize) -> NodeId {
+        match self {
+            Nbrs::Narrow(t) => u64::from(t[i]),
+            Nbrs::Wide(t) => t[i],
+        }
+    }
+
+    /// Whether `v` is a neighbour (binary search).
+    #[inline]
+    pub fn contains(&self, v: NodeId) -> bool {
+        match self {
+            Nbrs::Narrow(t) => u32::try_from(v).is_ok_and(|v| t.binary_search(&v).is_ok()),
+            Nbrs::Wide(t) => t.binary_search(&v).is_ok(),
+        }
+    }
+
+    /// The address of neighbour `i` (for a prefetch hint); `i < len()`.
+    #[inline]
+    pub fn addr(&self, i: usize) -> *const u8 {
+        match self {
+            Nbrs::Narrow(t) => std::ptr::from_ref(&t[i]).cast(),
+            Nbrs::Wide(t) => std::ptr::from_ref(&t[i]).cast(),
+        }
+    }
+
+    pub fn iter(self) -> impl ExactSizeIterator<Item = NodeId> + 'a {
+        (0..self.len()).map(move |i| self.get(i))
+    }
+
+    pub fn to_vec(self) -> Vec<NodeId> {
+        self.iter().collect()
+    }
+}
 
 pub struct LocalGraph {
     pub rank: usize,
@@ -27,7 +183,7 @@ pub struct LocalGraph {
     /// `offsets[i]..offsets[i+1]` indexes the neighbours of local node `i`.
     pub offsets: Vec<u64>,
     /// Neighbour ids, sorted within each node (binary search for node2vec).
-    pub targets: Vec<NodeId>,
+    pub targets: Targets,
     /// For weighted graphs: per-node inclusive prefix sums of the edge weights.
     pub cum_weights: Option<Vec<f32>>,
 }
@@ -46,14 +202,21 @@ impl LocalGraph {
         self.targets.len() as u64
     }
 
+    /// Bytes of the CSR (offsets, targets, prefix sums of weights).
+    pub fn bytes(&self) -> u64 {
+        (self.offsets.len() * 8
+            + self.targets.len() * self.targets.width()
+            + self.cum_weights.as_ref().map_or(0, Vec::len) * 4) as u64
+    }
+
     #[inline]
-    fn range(&self, local: usize) -> std::ops::Range<usize> {
+    fn range(&self, local: usize) -> Range<usize> {
         self.offsets[local] as usize..self.offsets[local + 1] as usize
     }
 
     #[inline]
-    pub fn neighbors(&self, local: usize) -> &[NodeId] {
-        &self.targets[self.range(local)]
+    pub fn neighbors(&self, local: usize) -> Nbrs<'_> {
+        self.targets.slice(self.range(local))
     }
 
     #[inline]
@@ -78,7 +241,7 @@ impl LocalGraph {
     /// Is there an edge `local -> v`? (binary search in the sorted adjacency)
     #[inline]
     pub fn has_edge(&self, local: usize, v: NodeId) -> bool {
-        self.neighbors(local).binary_search(&v).is_ok()
+        self.neighbors(local).contains(v)
     }
 
     /// Build from the (src, dst, weight) entries this rank owns (`src` owned here).
@@ -90,49 +253,123 @@ impl LocalGraph {
         directed: bool,
         weighted: bool,
     ) -> LocalGraph {
+        let mut b = Builder::new(rank, part, weighted);
+        for e in entries {
+            debug_assert_eq!(b.part.owner(e.src), rank);
+            b.count(b.part.local_index(e.src));
+        }
+        assert!(b.allocate(), "a node of 2^32 entries or more");
+        for e in entries {
+            b.place(b.part.local_index(e.src), e.dst, e.weight);
+        }
+        b.finish(file_edges, directed)
+    }
+}
+
+/// Builds a rank's CSR in the memory of the result: degrees are counted first, the arrays are
+/// allocated at their final size, and entries are then placed (in any order) and sorted.
+struct Builder {
+    rank: usize,
+    part: Partitioner,
+    weighted: bool,
+    /// Degrees (at `i + 1`) until `allocate`, then offsets.
+    offsets: Vec<u64>,
+    /// Entries of each node placed so far (while placing; 4 bytes per node, as degrees below
+    /// 2^32 need).
+    fill: Vec<u32>,
+    targets: Targets,
+    /// Raw weights while placing, prefix sums after `finish`.
+    weights: Vec<f32>,
+}
+
+impl Builder {
+    fn new(rank: usize, part: Partitioner, weighted: bool) -> Builder {
         let n = part.num_local(rank);
-        let mut offsets = vec![0u64; n + 1];
-        for e in entries {
-            debug_assert_eq!(part.owner(e.src), rank);
-            offsets[part.local_index(e.src) + 1] += 1;
-        }
-        for i in 0..n {
-            offsets[i + 1] += offsets[i];
-        }
-        let mut fill = offsets.clone();
-        let mut adj = vec![(0u64, 0f32); entries.len()];
-        for e in entries {
-            let l = part.local_index(e.src);
-            adj[fill[l] as usize] = (e.dst, e.weight);
-            fill[l] += 1;
-        }
-        for i in 0..n {
-            adj[offsets[i] as usize..offsets[i + 1] as usize].sort_unstable_by_key(|&(d, _)| d);
-        }
-        let targets = adj.iter().map(|&(d, _)| d).collect();
-        let cum_weights = weighted.then(|| {
-            let mut c = vec![0f32; adj.len()];
-            for i in 0..n {
-                let mut acc = 0f32;
-                for j in offsets[i] as usize..offsets[i + 1] as usize {
-                    acc += adj[j].1;
-                    c[j] = acc;
-                }
-            }
-            c
-        });
-        LocalGraph {
+        Builder {
             rank,
+            weighted,
+            offsets: vec![0; n + 1],
+            fill: Vec::new(),
+            targets: Targets::zeros(part.num_nodes(), 0),
+            weights: Vec::new(),
             part,
+        }
+    }
+
+    #[inline]
+    fn count(&mut self, local: usize) {
+        self.offsets[local + 1] += 1;
+    }
+
+    /// Turn the degrees into offsets and allocate; false (nothing allocated) when a node has
+    /// 2^32 entries or more.
+    fn allocate(&mut self) -> bool {
+        if self.offsets.iter().any(|&d| d > u64::from(u32::MAX)) {
+            return false;
+        }
+        for i in 1..self.offsets.len() {
+            self.offsets[i] += self.offsets[i - 1];
+        }
+        let entries = *self.offsets.last().expect("offsets") as usize;
+        self.fill = vec![0; self.offsets.len() - 1];
+        self.targets = Targets::zeros(self.part.num_nodes(), entries);
+        if self.weighted {
+            self.weights = vec![0.0; entries];
+        }
+        true
+    }
+
+    /// Place one entry of `local`; false when the node has more entries than were counted.
+    #[inline]
+    fn place(&mut self, local: usize, dst: NodeId, weight: f32) -> bool {
+        let at = self.offsets[local] + u64::from(self.fill[local]);
+        if at >= self.offsets[local + 1] {
+            return false;
+        }
+        self.targets.set(at as usize, dst);
+        if self.weighted {
+            self.weights[at as usize] = weight;
+        }
+        self.fill[local] += 1;
+        true
+    }
+
+    /// Whether every counted entry was placed.
+    fn complete(&self) -> bool {
+        self.fill
+            .iter()
+            .zip(self.offsets.windows(2))
+            .all(|(&f, o)| u64::from(f) == o[1] - o[0])
+    }
+
+    fn finish(mut self, file_edges: u64, directed: bool) -> LocalGraph {
+        debug_assert!(self.complete(), "every counted entry is placed");
+        self.fill = Vec::new();
+        let mut scratch = Vec::new();
+        for i in 0..self.offsets.len() - 1 {
+            let r = self.offsets[i] as usize..self.offsets[i + 1] as usize;
+            self.targets
+                .sort_range(r.clone(), &mut self.weights, &mut scratch);
+            let mut acc = 0f32;
+            for w in &mut self.weights[if self.weighted { r } else { 0..0 }] {
+                acc += *w;
+                *w = acc;
+            }
+        }
+        LocalGraph {
+            rank: self.rank,
+            part: self.part,
             file_edges,
             directed,
-            weighted,
-            offsets,
-            targets,
-            cum_weights,
+            weighted: self.weighted,
+            offsets: self.offsets,
+            targets: self.targets,
+            cum_weights: self.weighted.then_some(self.weights),
         }
     }
 }
+
+const RECORD: usize = 20;
 
 fn pack(e: &Edge, out: &mut Vec<u8>) {
     out.extend_from_slice(&e.src.to_le_bytes());
@@ -173,7 +410,119 @@ pub fn slice_of(num_edges: u64, rank: usize, ranks: usize) -> (u64, u64) {
     (at(r), at(r + 1))
 }
 
-/// Collective: load `path` partitioned over all ranks of `comm`.
+/// How one adjacency entry travels during the load: its source as the owner's local index and
+/// its target, each in 4 bytes when they fit, and its weight (weighted graphs).
+#[derive(Clone, Copy)]
+struct Wire {
+    local: usize,
+    target: usize,
+    weight: usize,
+}
+
+impl Wire {
+    fn new(part: &Partitioner, ranks: usize, weighted: bool) -> Wire {
+        let most_local = (0..ranks).map(|r| part.num_local(r)).max().unwrap_or(0);
+        let width = |fits: bool| if fits { 4 } else { 8 };
+        Wire {
+            local: width(most_local as u64 <= u64::from(u32::MAX)),
+            target: width(Targets::narrow(part.num_nodes())),
+            weight: if weighted { 4 } else { 0 },
+        }
+    }
+
+    fn put(width: usize, v: u64, out: &mut Vec<u8>) {
+        if width == 4 {
+            out.extend_from_slice(&(v as u32).to_le_bytes());
+        } else {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+
+    fn get(width: usize, b: &[u8]) -> u64 {
+        if width == 4 {
+            u64::from(u32::from_le_bytes(b[..4].try_into().expect("4 bytes")))
+        } else {
+            u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))
+        }
+    }
+}
+
+/// Collective: one pass over this rank's hyperslab in rounds of `chunk` edges, every entry
+/// (an undirected edge's two) sent to the owner of its source; `at` receives each entry that
+/// arrives here as (local source, target, weight). With `counting`, targets and weights stay
+/// home (only the sources travel). Returns false on every rank if `at` refused an entry.
+#[allow(clippy::too_many_arguments)]
+fn stream_entries(
+    comm: &Comm,
+    file: &EdgeFile,
+    part: &Partitioner,
+    range: (u64, u64),
+    chunk: u64,
+    wire: Wire,
+    counting: bool,
+    mut at: impl FnMut(usize, NodeId, f32) -> bool,
+) -> Result<bool> {
+    let (start, end) = range;
+    let rounds = comm.max_u64((end - start).div_ceil(chunk));
+    let rec = wire.local
+        + if counting {
+            0
+        } else {
+            wire.target + wire.weight
+        };
+    let mut ok = true;
+    for round in 0..rounds {
+        let a = (start + round * chunk).min(end);
+        let b = (a + chunk).min(end);
+        let edges = agree(
+            comm,
+            if a < b {
+                file.read_edges(a, b)
+            } else {
+                Ok(Vec::new())
+            },
+        )?;
+        let mut send = vec![Vec::new(); comm.size()];
+        let mut push = |src: NodeId, dst: NodeId, w: f32| {
+            let (owner, local) = part.locate(src);
+            let out = &mut send[owner];
+            Wire::put(wire.local, local as u64, out);
+            if !counting {
+                Wire::put(wire.target, dst, out);
+                if wire.weight > 0 {
+                    out.extend_from_slice(&w.to_le_bytes());
+                }
+            }
+        };
+        for e in &edges {
+            push(e.src, e.dst, e.weight);
+            if !file.directed && e.src != e.dst {
+                push(e.dst, e.src, e.weight);
+            }
+        }
+        drop(edges);
+        let recv = comm.all_to_all_v(send);
+        for r in recv.iter().flat_map(|b| b.chunks_exact(rec)) {
+            let local = Wire::get(wire.local, r) as usize;
+            let (dst, w) = if counting {
+                (0, 1.0)
+            } else {
+                let t = &r[wire.local..];
+                let w = if wire.weight > 0 {
+                    f32::from_le_bytes(t[wire.target..wire.target + 4].try_into().expect("4 bytes"))
+                } else {
+                    1.0
+                };
+                (Wire::get(wire.target, t), w)
+            };
+            ok &= at(local, dst, w);
+        }
+    }
+    Ok(comm.all_reduce_u64(&[u64::from(!ok)], crate::comm::ReduceOp::Max)[0] == 0)
+}
+
+/// Collective: load `path` partitioned over all ranks of `comm`, reading it twice (degrees,
+/// then entries) so that no rank holds more than its final CSR and one round's buffers.
 pub fn load(comm: &Comm, path: &Path, scheme: Scheme, chunk_edges: u64) -> Result<LocalGraph> {
     let file = agree(comm, EdgeFile::open(path))?;
     let part = Partitioner::new(scheme, file.num_nodes, comm.size());
@@ -190,36 +539,47 @@ pub fn load(comm: &Comm, path: &Path, scheme: Scheme, chunk_edges: u64) -> Resul
             )))
         },
     )?;
-    let (start, end) = slice_of(file.num_edges, comm.rank(), comm.size());
+    let range = slice_of(file.num_edges, comm.rank(), comm.size());
     let chunk = chunk_edges.max(1);
-    let rounds = comm.max_u64((end - start).div_ceil(chunk));
-    let mut entries = Vec::new();
-    for round in 0..rounds {
-        let a = (start + round * chunk).min(end);
-        let b = (a + chunk).min(end);
-        let edges = agree(
-            comm,
-            if a < b {
-                file.read_edges(a, b)
-            } else {
-                Ok(Vec::new())
-            },
-        )?;
-        entries.extend(route_edges(comm, &part, &edges, file.directed));
-    }
-    let g = LocalGraph::from_entries(
-        comm.rank(),
-        part,
-        &entries,
-        file.num_edges,
-        file.directed,
-        file.weighted,
+    let wire = Wire::new(&part, comm.size(), file.weighted);
+    let mut b = Builder::new(comm.rank(), part.clone(), file.weighted);
+    let n = b.offsets.len() - 1;
+    let counted = stream_entries(comm, &file, &part, range, chunk, wire, true, |l, _, _| {
+        l < n && {
+            b.count(l);
+            true
+        }
+    })?;
+    let fits = agree(
+        comm,
+        if b.allocate() {
+            Ok(())
+        } else {
+            Err(Error::bad_input(
+                path,
+                "a node has 2^32 adjacency entries or more, which this build does not hold",
+            ))
+        },
     );
+    fits?;
+    let placed = counted
+        && stream_entries(comm, &file, &part, range, chunk, wire, false, |l, d, w| {
+            l < n && b.place(l, d, w)
+        })?;
+    let complete = comm.all_reduce_u64(&[u64::from(!b.complete())], crate::comm::ReduceOp::Max);
+    if !placed || complete[0] != 0 {
+        return Err(Error::bad_input(
+            path,
+            "the edge datasets changed between the load's two passes, or a rank received an entry of a node it does not own: is another job writing the file?",
+        ));
+    }
+    let g = b.finish(file.num_edges, file.directed);
     log::debug!(
-        "rank {}: {} nodes, {} adjacency entries",
+        "rank {}: {} nodes, {} adjacency entries ({} bytes)",
         comm.rank(),
         g.num_local(),
-        g.local_entries()
+        g.local_entries(),
+        g.bytes()
     );
     Ok(g)
 }
@@ -236,7 +596,7 @@ pub fn digest(comm: &Comm, g: &LocalGraph) -> u64 {
     for i in 0..g.num_local() {
         let src = g.part.global(g.rank, i);
         let cw = g.cum_weights(i);
-        for (j, &dst) in g.neighbors(i).iter().enumerate() {
+        for (j, dst) in g.neighbors(i).iter().enumerate() {
             let w = cw.map_or(0, |c| {
                 u64::from((c[j] - if j == 0 { 0.0 } else { c[j - 1] }).to_bits())
             });
@@ -352,6 +712,88 @@ mod tests {
         }
     }
 
+    /// Every rank's CSR, weights as (target, weight) per node, keyed by global node.
+    fn weighted_adjacency(graphs: &[LocalGraph]) -> BTreeMap<NodeId, Vec<(NodeId, u32)>> {
+        let mut m = BTreeMap::new();
+        for g in graphs {
+            for i in 0..g.num_local() {
+                let cum = g.cum_weights(i).unwrap_or(&[]);
+                let v = g
+                    .neighbors(i)
+                    .iter()
+                    .enumerate()
+                    .map(|(j, d)| {
+                        let w = if j == 0 { cum[0] } else { cum[j] - cum[j - 1] };
+                        (d, w.to_bits())
+                    })
+                    .collect();
+                m.insert(g.part.global(g.rank, i), v);
+            }
+        }
+        m
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(16))]
+        /// The two-pass load (rounds of a few edges, any rank count, both partitions) holds
+        /// what one rank builds from the whole edge list in memory, weights included.
+        #[test]
+        fn the_two_pass_load_holds_the_in_memory_graph(
+            raw in prop::collection::vec((0u64..30, 0u64..30, 1u32..8), 0..120),
+            ranks in 1usize..5,
+            chunk in 1u64..9,
+            directed in any::<bool>(),
+            block in any::<bool>(),
+        ) {
+            let edges: Vec<Edge> = raw
+                .iter()
+                .map(|&(s, d, w)| Edge { src: s, dst: d, weight: w as f32 * 0.5 })
+                .collect();
+            let d = tempfile::tempdir().unwrap();
+            let path = d.path().join("g.h5");
+            crate::graph::h5::write_edges(&path, &edges, 30, directed, true).unwrap();
+            let mut entries = Vec::new();
+            for e in &edges {
+                entries.push(*e);
+                if !directed && e.src != e.dst {
+                    entries.push(Edge { src: e.dst, dst: e.src, weight: e.weight });
+                }
+            }
+            let part = Partitioner::new(Scheme::Striped, 30, 1);
+            let want = LocalGraph::from_entries(0, part, &entries, edges.len() as u64, directed, true);
+            let scheme = if block { Scheme::Block } else { Scheme::Striped };
+            let got = local::run(ranks, Duration::from_secs(30), |c| {
+                load(&c, &path, scheme, chunk).unwrap()
+            });
+            prop_assert_eq!(weighted_adjacency(&got), weighted_adjacency(&[want]));
+            for g in &got {
+                prop_assert_eq!(g.targets.width(), 4);
+                prop_assert_eq!(g.file_edges, edges.len() as u64);
+                prop_assert_eq!(g.bytes(), (g.offsets.len() * 8 + g.targets.len() * 8) as u64);
+            }
+        }
+    }
+
+    #[test]
+    fn ids_beyond_32_bits_are_stored_wide() {
+        let far = 1u64 << 33;
+        let edges = [(0, far - 1), (far - 1, 5), (0, 5)].map(|(s, d)| Edge {
+            src: s,
+            dst: d,
+            weight: 1.0,
+        });
+        let part = Partitioner::new(Scheme::Block, far, 1 << 12);
+        let mine: Vec<Edge> = edges
+            .iter()
+            .filter(|e| part.owner(e.src) == 0)
+            .copied()
+            .collect();
+        let g = LocalGraph::from_entries(0, part, &mine, 3, true, false);
+        assert_eq!(g.targets.width(), 8);
+        assert_eq!(g.neighbors(0).to_vec(), [5, far - 1]);
+        assert!(g.has_edge(0, far - 1) && !g.has_edge(0, far - 2));
+    }
+
     #[test]
     fn undirected_csr_has_both_directions_sorted() {
         let edges = [(0, 2), (1, 0), (2, 1), (0, 3)].map(|(s, d)| Edge {
@@ -360,8 +802,8 @@ mod tests {
             weight: 1.0,
         });
         let g = &build(&edges, 4, 1, false)[0];
-        assert_eq!(g.neighbors(0), &[1, 2, 3]);
-        assert_eq!(g.neighbors(3), &[0]);
+        assert_eq!(g.neighbors(0).to_vec(), [1, 2, 3]);
+        assert_eq!(g.neighbors(3).to_vec(), [0]);
         assert!(g.has_edge(2, 1) && !g.has_edge(3, 2));
     }
 }

@@ -5,7 +5,8 @@
 //!
 //! The copy doubles the adjacency's memory on each rank (`--node-memory private` avoids it).
 
-use super::{LocalGraph, NodeId};
+use super::csr::Nbrs;
+use super::LocalGraph;
 use crate::comm::{Comm, Window};
 
 /// One node rank's CSR as mapped here.
@@ -13,7 +14,9 @@ use crate::comm::{Comm, Window};
 struct Mapped {
     offsets: *const u64,
     nodes: usize,
-    targets: *const NodeId,
+    /// `entries` u32 (narrow) or u64 targets.
+    targets: *const u8,
+    narrow: bool,
     entries: usize,
     /// Null for unweighted graphs.
     cum: *const f32,
@@ -45,7 +48,7 @@ impl NodeGraph {
         first.node_span()?;
         let mut windows = [
             first,
-            comm.node_window(g.targets.len() * 8),
+            comm.node_window(g.targets.as_bytes().len()),
             comm.node_window(cum.len() * 4),
         ];
         windows[0].with_local_mut(|b| {
@@ -53,11 +56,7 @@ impl NodeGraph {
                 c.copy_from_slice(&x.to_ne_bytes());
             }
         });
-        windows[1].with_local_mut(|b| {
-            for (c, x) in b.chunks_exact_mut(8).zip(&g.targets) {
-                c.copy_from_slice(&x.to_ne_bytes());
-            }
-        });
+        windows[1].with_local_mut(|b| b.copy_from_slice(g.targets.as_bytes()));
         windows[2].with_local_mut(|b| {
             for (c, x) in b.chunks_exact_mut(4).zip(cum) {
                 c.copy_from_slice(&x.to_ne_bytes());
@@ -84,25 +83,28 @@ impl NodeGraph {
             let offsets = at.cast_const().cast::<u64>();
             // An empty part may be null or unaligned: slices of length 0 need neither data nor
             // a null pointer, so point them at a dangling, aligned address.
+            let width = g.targets.width();
             let targets = if tlen == 0 {
-                std::ptr::NonNull::<NodeId>::dangling()
+                std::ptr::NonNull::<u64>::dangling()
                     .as_ptr()
                     .cast_const()
+                    .cast::<u8>()
             } else {
-                targets.cast::<NodeId>()
+                targets
             };
             if len < 8 {
                 continue;
             }
             assert!(
-                offsets.is_aligned() && targets.is_aligned() && cum.is_aligned(),
+                offsets.is_aligned() && (targets as usize) % width == 0 && cum.is_aligned(),
                 "node-shared adjacency is not aligned"
             );
             peers[rank] = Some(Mapped {
                 offsets,
                 nodes: len / 8 - 1,
                 targets,
-                entries: tlen / 8,
+                narrow: width == 4,
+                entries: tlen / width,
                 cum,
             });
         }
@@ -137,7 +139,7 @@ impl NodeGraph {
     /// The neighbours of `rank`'s local node `local` (sorted) and, for weighted graphs, their
     /// inclusive prefix sums of weights; `None` when `rank` is on another node.
     #[inline]
-    pub fn adjacency(&self, rank: usize, local: usize) -> Option<(&[NodeId], Option<&[f32]>)> {
+    pub fn adjacency(&self, rank: usize, local: usize) -> Option<(Nbrs<'_>, Option<&[f32]>)> {
         let m = self.peers[rank]?;
         assert!(
             local < m.nodes,
@@ -152,8 +154,21 @@ impl NodeGraph {
             )
         };
         assert!(a <= b && b <= m.entries, "corrupt adjacency of rank {rank}");
-        // SAFETY: `a..b` lies within the `entries` targets (checked), immutable as above.
-        let nb = unsafe { std::slice::from_raw_parts(m.targets.add(a), b - a) };
+        // SAFETY: `a..b` lies within the `entries` targets (checked) of the width they were
+        // copied in, aligned (checked in `new`), immutable as above.
+        let nb = unsafe {
+            if m.narrow {
+                Nbrs::Narrow(std::slice::from_raw_parts(
+                    m.targets.cast::<u32>().add(a),
+                    b - a,
+                ))
+            } else {
+                Nbrs::Wide(std::slice::from_raw_parts(
+                    m.targets.cast::<u64>().add(a),
+                    b - a,
+                ))
+            }
+        };
         let cum = (!m.cum.is_null()).then(|| {
             // SAFETY: weighted graphs have one prefix sum per target, mapped and immutable.
             unsafe { std::slice::from_raw_parts(m.cum.add(a), b - a) }

@@ -6,36 +6,62 @@
 use super::alias::AliasTable;
 use super::Rng;
 use crate::graph::{LocalGraph, NodeId};
+use rand::Rng as _;
 
 pub struct EdgeSampler {
+    /// Weighted graphs: one alias table over the local entries. Unweighted graphs draw an entry
+    /// uniformly and need no table (what an alias table of equal weights draws, for the same
+    /// random number, without its 8 bytes per entry).
     table: Option<AliasTable>,
+    entries: u64,
     /// Total weight of the local entries.
     pub mass: f64,
 }
 
 impl EdgeSampler {
     pub fn new(g: &LocalGraph) -> EdgeSampler {
-        // Every adjacency entry is a directed edge (an undirected edge appears once per side).
-        let weights: Vec<f64> = match &g.cum_weights {
-            None => vec![1.0; g.targets.len()],
-            Some(c) => (0..g.num_local())
-                .flat_map(|i| {
-                    let (a, b) = (g.offsets[i] as usize, g.offsets[i + 1] as usize);
-                    (a..b).map(move |j| f64::from(c[j] - if j == a { 0.0 } else { c[j - 1] }))
-                })
-                .collect(),
+        let entries = g.local_entries();
+        let Some(c) = &g.cum_weights else {
+            return EdgeSampler {
+                table: None,
+                entries,
+                mass: entries as f64,
+            };
         };
+        // Every adjacency entry is a directed edge (an undirected edge appears once per side).
+        let weights: Vec<f64> = (0..g.num_local())
+            .flat_map(|i| {
+                let (a, b) = (g.offsets[i] as usize, g.offsets[i + 1] as usize);
+                (a..b).map(move |j| f64::from(c[j] - if j == a { 0.0 } else { c[j - 1] }))
+            })
+            .collect();
+        let table = AliasTable::new(&weights);
         EdgeSampler {
             mass: weights.iter().sum(),
-            table: AliasTable::new(&weights),
+            // No entry of positive weight: nothing to draw.
+            entries: if table.is_some() { entries } else { 0 },
+            table,
         }
     }
 
     /// One weighted draw of a local edge as (source, target) global ids; None without edges.
     pub fn draw(&self, g: &LocalGraph, rng: &mut Rng) -> Option<(NodeId, NodeId)> {
-        let e = self.table.as_ref()?.sample(rng);
+        if self.entries == 0 {
+            return None;
+        }
+        let e = match &self.table {
+            Some(t) => t.sample(rng),
+            None => {
+                let (r, n) = (rng.next_u64(), self.entries);
+                if n <= u64::from(u32::MAX) {
+                    (((r >> 32) * n) >> 32) as usize
+                } else {
+                    ((u128::from(r) * u128::from(n)) >> 64) as usize
+                }
+            }
+        };
         let src = g.offsets.partition_point(|&o| o as usize <= e) - 1;
-        Some((g.part.global(g.rank, src), g.targets[e]))
+        Some((g.part.global(g.rank, src), g.targets.get(e)))
     }
 }
 

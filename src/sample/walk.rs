@@ -19,6 +19,7 @@ use rand::{Rng as _, RngExt};
 
 use super::Rng;
 use crate::comm::Comm;
+use crate::graph::csr::Nbrs;
 use crate::graph::node::NodeGraph;
 use crate::graph::{LocalGraph, NodeId};
 
@@ -474,7 +475,7 @@ impl WalkEngine {
                 let (nb, cum) = adjacency(g, node, self.rank, owner, local)
                     .expect("a walker stands on a node of this node's ranks");
                 let go = if let Some(at) = lane.pick.take() {
-                    Some(nb[at])
+                    Some(nb.get(at))
                 } else {
                     if !w.visited {
                         if let Some(t) = &mut self.trace {
@@ -497,7 +498,7 @@ impl WalkEngine {
                     if self.params.node2vec.is_none() && cum.is_none() {
                         // DeepWalk: the index now, the neighbour next turn.
                         let at = (((rng.next_u64() >> 32) * nb.len() as u64) >> 32) as usize;
-                        prefetch(&nb[at]);
+                        prefetch_addr(nb.addr(at));
                         lane.pick = Some(at);
                         i += 1;
                         continue;
@@ -569,15 +570,21 @@ struct Lane {
 /// Hint the CPU to bring `x` into cache (no effect on values; a no-op off x86-64).
 #[inline]
 fn prefetch<T>(x: &T) {
+    prefetch_addr(std::ptr::from_ref(x).cast());
+}
+
+/// Hint the CPU to bring the bytes at `p` into cache.
+#[inline]
+fn prefetch_addr(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: a prefetch is a hint that never faults and changes no value; the address is
-        // that of a live value (SSE, which provides it, is part of the x86-64 baseline).
-        unsafe { _mm_prefetch::<_MM_HINT_T0>((x as *const T).cast()) };
+        // SAFETY: a prefetch is a hint that never faults, whatever the address, and changes no
+        // value (SSE, which provides it, is part of the x86-64 baseline).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) };
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = x;
+    let _ = p;
 }
 
 /// Prefetch where `owner`'s node `local` keeps its neighbour range.
@@ -632,14 +639,14 @@ fn adjacency<'a>(
     me: usize,
     owner: usize,
     local: usize,
-) -> Option<(&'a [NodeId], Option<&'a [f32]>)> {
+) -> Option<Adjacency<'a>> {
     if owner == me {
         return Some((g.neighbors(local), g.cum_weights(local)));
     }
     node?.adjacency(owner, local)
 }
 
-type Adjacency<'a> = (&'a [NodeId], Option<&'a [f32]>);
+type Adjacency<'a> = (Nbrs<'a>, Option<&'a [f32]>);
 
 fn propose(
     p: &WalkParams,
@@ -677,7 +684,7 @@ fn propose(
             continue;
         }
         if let Some((t_nb, _)) = prev {
-            let yes = t_nb.binary_search(&x).is_ok();
+            let yes = t_nb.contains(x);
             if u < if yes { 1.0 } else { iq } {
                 return Move::Go(x);
             }
@@ -706,11 +713,11 @@ enum Move {
 #[inline]
 fn pick_neighbor((nb, cum): Adjacency, rng: &mut Rng) -> u64 {
     match cum {
-        None => nb[(((rng.next_u64() >> 32) * nb.len() as u64) >> 32) as usize],
+        None => nb.get((((rng.next_u64() >> 32) * nb.len() as u64) >> 32) as usize),
         Some(c) => {
             let total = *c.last().expect("non-empty adjacency");
             let r = rng.random::<f32>() * total;
-            nb[c.partition_point(|&x| x <= r).min(nb.len() - 1)]
+            nb.get(c.partition_point(|&x| x <= r).min(nb.len() - 1))
         }
     }
 }

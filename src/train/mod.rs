@@ -1703,12 +1703,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
 fn node_memory_fits(comm: &Comm, cfg: &TrainConfig, g: &LocalGraph) -> bool {
     let rows = (g.num_local() * cfg.dim * cfg.dtype.size() * cfg.matrices()) as u64;
     let walks = matches!(cfg.model, Model::Deepwalk | Model::Node2vec);
-    let csr = if walks {
-        (g.offsets.len() * 8 + g.targets.len() * 8 + g.cum_weights.as_ref().map_or(0, Vec::len) * 4)
-            as u64
-    } else {
-        0
-    };
+    let csr = if walks { g.bytes() } else { 0 };
     let most = comm.max_u64(rows + csr);
     // A rank alone on its node shares nothing, but takes part in the agreement all the same.
     let need = most.saturating_mul(comm.node_size() as u64);
