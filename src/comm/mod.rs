@@ -281,6 +281,15 @@ impl Window {
         }
     }
 
+    /// Make this rank's plain stores to its bytes visible to the node's other ranks (with a
+    /// barrier after it).
+    pub fn sync(&self) {
+        match self {
+            Window::Local(_) => {}
+            Window::Mpi(w) => w.sync(),
+        }
+    }
+
     /// Run `f` over this rank's own bytes.
     pub fn with_local<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         match self {

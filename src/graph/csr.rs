@@ -11,32 +11,123 @@
 
 use std::ops::Range;
 use std::path::Path;
+use std::sync::Arc;
 
 use super::h5::EdgeFile;
 use super::partition::{Partitioner, Scheme};
 use super::{Edge, NodeId};
-use crate::comm::Comm;
+use crate::comm::{Comm, Window};
 use crate::error::{Error, Result};
 use crate::spmd::agree;
 
 /// Edges read per rank per exchange round during the load (bounds the load's memory).
 pub const LOAD_CHUNK_EDGES: u64 = 1 << 20;
 
+/// One array of a CSR: owned, or the bytes this rank holds in a node-shared window, which the
+/// node's other ranks map and read (the load writes straight into it: no second copy).
+pub struct Store<T> {
+    ptr: std::ptr::NonNull<T>,
+    len: usize,
+    _keep: Keep<T>,
+}
+
+/// What keeps a [`Store`]'s memory alive (held, never read).
+#[allow(dead_code)]
+enum Keep<T> {
+    Vec(Vec<T>),
+    Window(Arc<Window>),
+}
+
+// SAFETY: a `Store` owns its values (a vector, or its rank's part of a window kept alive by the
+// `Arc`); `&Store` gives shared reads and `&mut Store` exclusive writes, as for a `Vec<T>`.
+// Other ranks of the node read the window's bytes only after the barrier that follows the
+// load, when nothing writes them again.
+unsafe impl<T: Send + Sync> Send for Store<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send + Sync> Sync for Store<T> {}
+
+impl<T: bytemuck::Pod> Store<T> {
+    pub fn from_vec(mut v: Vec<T>) -> Store<T> {
+        let ptr = std::ptr::NonNull::new(v.as_mut_ptr()).expect("a vector's pointer is not null");
+        Store {
+            ptr,
+            len: v.len(),
+            _keep: Keep::Vec(v),
+        }
+    }
+
+    /// `len` zero values in this rank's part of `w` (allocated for exactly them); `None` when
+    /// the window is not node-shared.
+    fn in_window(w: Arc<Window>, rank: usize, len: usize) -> Option<Store<T>> {
+        let span = w.node_span()?;
+        let &(_, at, bytes) = span.parts.iter().find(|p| p.0 == rank)?;
+        assert_eq!(
+            bytes,
+            len * std::mem::size_of::<T>(),
+            "window of the wrong size"
+        );
+        let ptr = if len == 0 {
+            std::ptr::NonNull::dangling()
+        } else {
+            assert!(
+                at.cast::<T>().is_aligned(),
+                "node-shared adjacency is not aligned"
+            );
+            std::ptr::NonNull::new(at.cast::<T>()).expect("a mapped part is not null")
+        };
+        let mut s = Store {
+            ptr,
+            len,
+            _keep: Keep::Window(w),
+        };
+        s.fill(T::zeroed());
+        Some(s)
+    }
+}
+
+impl<T> std::ops::Deref for Store<T> {
+    type Target = [T];
+
+    #[inline]
+    fn deref(&self) -> &[T] {
+        // SAFETY: `ptr` holds `len` initialised values (a vector's, or zeroed window bytes of a
+        // plain-old-data type), aligned, alive as long as `_keep`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T> std::ops::DerefMut for Store<T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as in `deref`; `&mut self` is the only access this process has, and other
+        // ranks read the window's bytes only after the load's barrier.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
 /// Adjacency targets, 4 bytes each when every node id of the graph fits, else 8.
-#[derive(Clone, Debug, PartialEq)]
 pub enum Targets {
-    Narrow(Vec<u32>),
-    Wide(Vec<u64>),
+    Narrow(Store<u32>),
+    Wide(Store<u64>),
 }
 
 impl Targets {
     /// `len` zero targets in the width `num_nodes` needs.
     pub fn zeros(num_nodes: u64, len: usize) -> Targets {
         if Targets::narrow(num_nodes) {
-            Targets::Narrow(vec![0; len])
+            Targets::Narrow(Store::from_vec(vec![0; len]))
         } else {
-            Targets::Wide(vec![0; len])
+            Targets::Wide(Store::from_vec(vec![0; len]))
         }
+    }
+
+    /// As [`Targets::zeros`], in this rank's part of a node-shared window.
+    fn in_window(num_nodes: u64, w: Arc<Window>, rank: usize, len: usize) -> Option<Targets> {
+        Some(if Targets::narrow(num_nodes) {
+            Targets::Narrow(Store::in_window(w, rank, len)?)
+        } else {
+            Targets::Wide(Store::in_window(w, rank, len)?)
+        })
     }
 
     /// Whether ids of a graph of `num_nodes` nodes are stored in 4 bytes.
@@ -66,8 +157,8 @@ impl Targets {
     /// The targets as bytes (native order), for a node-shared copy.
     pub fn as_bytes(&self) -> &[u8] {
         match self {
-            Targets::Narrow(t) => bytemuck::cast_slice(t),
-            Targets::Wide(t) => bytemuck::cast_slice(t),
+            Targets::Narrow(t) => bytemuck::cast_slice(&t[..]),
+            Targets::Wide(t) => bytemuck::cast_slice(&t[..]),
         }
     }
 
@@ -181,12 +272,27 @@ pub struct LocalGraph {
     pub directed: bool,
     pub weighted: bool,
     /// `offsets[i]..offsets[i+1]` indexes the neighbours of local node `i`.
-    pub offsets: Vec<u64>,
+    pub offsets: Store<u64>,
     /// Neighbour ids, sorted within each node (binary search for node2vec).
     pub targets: Targets,
     /// For weighted graphs: per-node inclusive prefix sums of the edge weights.
-    pub cum_weights: Option<Vec<f32>>,
+    pub cum_weights: Option<Store<f32>>,
+    /// When the load wrote the arrays into node-shared windows (offsets, targets, prefix sums
+    /// of weights): the windows, which [`crate::graph::node::NodeGraph`] maps for the node's
+    /// other ranks.
+    pub windows: Option<CsrWindows>,
 }
+
+/// The node-shared windows a CSR was loaded into: offsets, targets, prefix sums of weights.
+#[derive(Clone)]
+pub struct CsrWindows(pub [Arc<Window>; 3]);
+
+// SAFETY: the windows' memory is written only by the load, before the barrier that ends it, and
+// only read afterwards, by any thread; the handles are not used to communicate again. They are
+// freed where the graph is dropped, on the thread that loaded it (the rank's main thread).
+unsafe impl Send for CsrWindows {}
+// SAFETY: as above: shared access is read-only.
+unsafe impl Sync for CsrWindows {}
 
 impl LocalGraph {
     pub fn num_nodes(&self) -> u64 {
@@ -206,7 +312,7 @@ impl LocalGraph {
     pub fn bytes(&self) -> u64 {
         (self.offsets.len() * 8
             + self.targets.len() * self.targets.width()
-            + self.cum_weights.as_ref().map_or(0, Vec::len) * 4) as u64
+            + self.cum_weights.as_ref().map_or(0, |c| c.len()) * 4) as u64
     }
 
     #[inline]
@@ -258,7 +364,8 @@ impl LocalGraph {
             debug_assert_eq!(b.part.owner(e.src), rank);
             b.count(b.part.local_index(e.src));
         }
-        assert!(b.allocate(), "a node of 2^32 entries or more");
+        assert!(b.prefix().is_some(), "a node of 2^32 entries or more");
+        b.allocate(None);
         for e in entries {
             b.place(b.part.local_index(e.src), e.dst, e.weight);
         }
@@ -267,19 +374,21 @@ impl LocalGraph {
 }
 
 /// Builds a rank's CSR in the memory of the result: degrees are counted first, the arrays are
-/// allocated at their final size, and entries are then placed (in any order) and sorted.
+/// allocated at their final size (owned, or in node-shared windows), and entries are then
+/// placed (in any order) and sorted.
 struct Builder {
     rank: usize,
     part: Partitioner,
     weighted: bool,
-    /// Degrees (at `i + 1`) until `allocate`, then offsets.
-    offsets: Vec<u64>,
+    /// Degrees (at `i + 1`) until `prefix`, then offsets (in the window from `allocate`).
+    offsets: Store<u64>,
     /// Entries of each node placed so far (while placing; 4 bytes per node, as degrees below
     /// 2^32 need).
     fill: Vec<u32>,
     targets: Targets,
-    /// Raw weights while placing, prefix sums after `finish`.
-    weights: Vec<f32>,
+    /// Raw weights while placing, prefix sums after `finish` (empty when unweighted).
+    weights: Store<f32>,
+    windows: Option<CsrWindows>,
 }
 
 impl Builder {
@@ -288,10 +397,11 @@ impl Builder {
         Builder {
             rank,
             weighted,
-            offsets: vec![0; n + 1],
+            offsets: Store::from_vec(vec![0; n + 1]),
             fill: Vec::new(),
             targets: Targets::zeros(part.num_nodes(), 0),
-            weights: Vec::new(),
+            weights: Store::from_vec(Vec::new()),
+            windows: None,
             part,
         }
     }
@@ -301,22 +411,57 @@ impl Builder {
         self.offsets[local + 1] += 1;
     }
 
-    /// Turn the degrees into offsets and allocate; false (nothing allocated) when a node has
-    /// 2^32 entries or more.
-    fn allocate(&mut self) -> bool {
+    /// Turn the degrees into offsets; false (offsets unchanged) when a node has 2^32 entries or
+    /// more. Returns the bytes the CSR will take.
+    fn prefix(&mut self) -> Option<u64> {
         if self.offsets.iter().any(|&d| d > u64::from(u32::MAX)) {
-            return false;
+            return None;
         }
         for i in 1..self.offsets.len() {
             self.offsets[i] += self.offsets[i - 1];
         }
-        let entries = *self.offsets.last().expect("offsets") as usize;
+        let entries = self.entries() as u64;
+        let width = if Targets::narrow(self.part.num_nodes()) {
+            4
+        } else {
+            8
+        };
+        Some(
+            self.offsets.len() as u64 * 8
+                + entries * width
+                + if self.weighted { entries * 4 } else { 0 },
+        )
+    }
+
+    fn entries(&self) -> usize {
+        *self.offsets.last().expect("offsets") as usize
+    }
+
+    /// Allocate the targets (and weights) at their final size: in `windows` (offsets, targets,
+    /// weights; each allocated for exactly this rank's bytes) when given and node-shared.
+    fn allocate(&mut self, windows: Option<CsrWindows>) {
+        let entries = self.entries();
+        let weights = if self.weighted { entries } else { 0 };
         self.fill = vec![0; self.offsets.len() - 1];
-        self.targets = Targets::zeros(self.part.num_nodes(), entries);
-        if self.weighted {
-            self.weights = vec![0.0; entries];
+        let shared = windows.as_ref().and_then(|CsrWindows(w)| {
+            let n = self.offsets.len();
+            let mut o = Store::in_window(w[0].clone(), self.rank, n)?;
+            o.copy_from_slice(&self.offsets);
+            let t = Targets::in_window(self.part.num_nodes(), w[1].clone(), self.rank, entries)?;
+            Some((o, t, Store::in_window(w[2].clone(), self.rank, weights)?))
+        });
+        match shared {
+            Some((o, t, w)) => {
+                self.offsets = o;
+                self.targets = t;
+                self.weights = w;
+                self.windows = windows;
+            }
+            None => {
+                self.targets = Targets::zeros(self.part.num_nodes(), entries);
+                self.weights = Store::from_vec(vec![0.0; weights]);
+            }
         }
-        true
     }
 
     /// Place one entry of `local`; false when the node has more entries than were counted.
@@ -356,6 +501,11 @@ impl Builder {
                 *w = acc;
             }
         }
+        if let Some(CsrWindows(w)) = &self.windows {
+            for w in w {
+                w.sync();
+            }
+        }
         LocalGraph {
             rank: self.rank,
             part: self.part,
@@ -365,6 +515,7 @@ impl Builder {
             offsets: self.offsets,
             targets: self.targets,
             cum_weights: self.weighted.then_some(self.weights),
+            windows: self.windows,
         }
     }
 }
@@ -523,7 +674,16 @@ fn stream_entries(
 
 /// Collective: load `path` partitioned over all ranks of `comm`, reading it twice (degrees,
 /// then entries) so that no rank holds more than its final CSR and one round's buffers.
-pub fn load(comm: &Comm, path: &Path, scheme: Scheme, chunk_edges: u64) -> Result<LocalGraph> {
+/// `share(bytes)` (collective, the same answer on every rank) is asked, once the CSR's size is
+/// known, whether the node's ranks will map each other's adjacency: then the CSR is written
+/// straight into node-shared windows ([`LocalGraph::windows`]).
+pub fn load(
+    comm: &Comm,
+    path: &Path,
+    scheme: Scheme,
+    chunk_edges: u64,
+    share: impl FnOnce(u64) -> bool,
+) -> Result<LocalGraph> {
     let file = agree(comm, EdgeFile::open(path))?;
     let part = Partitioner::new(scheme, file.num_nodes, comm.size());
     let fp = part.fingerprint();
@@ -550,18 +710,29 @@ pub fn load(comm: &Comm, path: &Path, scheme: Scheme, chunk_edges: u64) -> Resul
             true
         }
     })?;
-    let fits = agree(
+    let bytes = agree(
         comm,
-        if b.allocate() {
-            Ok(())
-        } else {
-            Err(Error::bad_input(
+        b.prefix().ok_or_else(|| {
+            Error::bad_input(
                 path,
                 "a node has 2^32 adjacency entries or more, which this build does not hold",
-            ))
-        },
-    );
-    fits?;
+            )
+        }),
+    )?;
+    let windows = share(bytes).then(|| {
+        let (entries, narrow) = (b.entries(), Targets::narrow(part.num_nodes()));
+        let weights = if file.weighted { entries * 4 } else { 0 };
+        let w = [
+            comm.node_window((n + 1) * 8),
+            comm.node_window(entries * if narrow { 4 } else { 8 }),
+            comm.node_window(weights),
+        ];
+        // The same on every rank: windows are node-shared, or none is.
+        w[0].node_span()
+            .is_some()
+            .then(|| CsrWindows(w.map(Arc::new)))
+    });
+    b.allocate(windows.flatten());
     let placed = counted
         && stream_entries(comm, &file, &part, range, chunk, wire, false, |l, d, w| {
             l < n && b.place(l, d, w)
@@ -574,6 +745,10 @@ pub fn load(comm: &Comm, path: &Path, scheme: Scheme, chunk_edges: u64) -> Resul
         ));
     }
     let g = b.finish(file.num_edges, file.directed);
+    if g.windows.is_some() {
+        // Every rank of the node has written its part before any reads another's.
+        comm.barrier();
+    }
     log::debug!(
         "rank {}: {} nodes, {} adjacency entries ({} bytes)",
         comm.rank(),
@@ -713,7 +888,9 @@ mod tests {
     }
 
     /// Every rank's CSR, weights as (target, weight) per node, keyed by global node.
-    fn weighted_adjacency(graphs: &[LocalGraph]) -> BTreeMap<NodeId, Vec<(NodeId, u32)>> {
+    fn weighted_adjacency<'a>(
+        graphs: impl IntoIterator<Item = &'a LocalGraph>,
+    ) -> BTreeMap<NodeId, Vec<(NodeId, u32)>> {
         let mut m = BTreeMap::new();
         for g in graphs {
             for i in 0..g.num_local() {
@@ -744,6 +921,7 @@ mod tests {
             chunk in 1u64..9,
             directed in any::<bool>(),
             block in any::<bool>(),
+            share in any::<bool>(),
         ) {
             let edges: Vec<Edge> = raw
                 .iter()
@@ -762,14 +940,35 @@ mod tests {
             let part = Partitioner::new(Scheme::Striped, 30, 1);
             let want = LocalGraph::from_entries(0, part, &entries, edges.len() as u64, directed, true);
             let scheme = if block { Scheme::Block } else { Scheme::Striped };
-            let got = local::run(ranks, Duration::from_secs(30), |c| {
-                load(&c, &path, scheme, chunk).unwrap()
+            // Ranks in nodes of two; with `share` the CSR goes straight into node-shared
+            // windows, which the node's other rank maps.
+            let got = local::run_nodes(ranks, 2, Duration::from_secs(30), |c| {
+                let g = load(&c, &path, scheme, chunk, |_| share).unwrap();
+                let mapped = crate::graph::node::NodeGraph::new(&c, &g).map(|ng| {
+                    let mut m = BTreeMap::new();
+                    for r in (0..c.size()).filter(|&r| ng.has(r)) {
+                        for i in 0..g.part.num_local(r) {
+                            let (nb, _) = ng.adjacency(r, i).unwrap();
+                            m.insert(g.part.global(r, i), nb.to_vec());
+                        }
+                    }
+                    m
+                });
+                (g, mapped)
             });
-            prop_assert_eq!(weighted_adjacency(&got), weighted_adjacency(&[want]));
-            for g in &got {
+            let want_adj = weighted_adjacency([&want]);
+            prop_assert_eq!(weighted_adjacency(got.iter().map(|(g, _)| g)), want_adj.clone());
+            for (g, mapped) in &got {
+                prop_assert_eq!(g.windows.is_some(), share);
                 prop_assert_eq!(g.targets.width(), 4);
                 prop_assert_eq!(g.file_edges, edges.len() as u64);
                 prop_assert_eq!(g.bytes(), (g.offsets.len() * 8 + g.targets.len() * 8) as u64);
+                // Every rank of the node maps its node's CSRs as their owners hold them.
+                let mapped = mapped.as_ref().expect("in-process nodes share windows");
+                for (v, nb) in mapped {
+                    let own: Vec<NodeId> = want_adj[v].iter().map(|&(d, _)| d).collect();
+                    prop_assert_eq!(nb, &own);
+                }
             }
         }
     }

@@ -1,12 +1,14 @@
-//! The adjacency of every rank on this node, mapped into this process: each rank copies its CSR
-//! into node-shared windows ([`Comm::node_window`]) once, after the load, and then reads the
-//! others' in place. A walk then continues across the node's ranks without migrating; only a
-//! step to a node owned by another node's rank ships the walker.
-//!
-//! The copy doubles the adjacency's memory on each rank (`--node-memory private` avoids it).
+//! The adjacency of every rank on this node, mapped into this process: the load writes each
+//! rank's CSR into node-shared windows ([`Comm::node_window`]) when the trainer will walk across
+//! the node's ranks, and each rank then reads the others' in place. A walk then continues across
+//! the node's ranks without migrating; only a step to a node owned by another node's rank ships
+//! the walker. A CSR loaded privately is copied into windows here (twice its memory).
+
+use std::sync::Arc;
 
 use super::csr::Nbrs;
 use super::LocalGraph;
+
 use crate::comm::{Comm, Window};
 
 /// One node rank's CSR as mapped here.
@@ -28,7 +30,7 @@ pub struct NodeGraph {
     /// Indexed by world rank; `None` for ranks of other nodes.
     peers: Vec<Option<Mapped>>,
     // Keeps the mapped memory alive (declared last: dropped after the pointers' last use).
-    _windows: [Window; 3],
+    _windows: [Arc<Window>; 3],
 }
 
 // SAFETY: the pointers are read-only views into windows owned by `_windows`, whose memory is
@@ -38,33 +40,17 @@ unsafe impl Send for NodeGraph {}
 unsafe impl Sync for NodeGraph {}
 
 impl NodeGraph {
-    /// Collective: copy this rank's CSR into node-shared windows and map the node's others.
-    /// `None` (on every rank alike) when windows are not node-shared: one rank on every node, or the
-    /// in-process transport.
+    /// Collective: map the node's other ranks' CSRs. A CSR the load wrote into node-shared
+    /// windows ([`LocalGraph::windows`]) is mapped as it is; otherwise this rank's is copied
+    /// into new windows first (twice its adjacency's memory). `None` (on every rank alike) when
+    /// windows are not node-shared: one rank on every node, or the in-process transport.
     pub fn new(comm: &Comm, g: &LocalGraph) -> Option<NodeGraph> {
-        let cum = g.cum_weights.as_deref().unwrap_or(&[]);
-        // Whether windows are node-shared is the same on every rank: ask the first one.
-        let first = comm.node_window(g.offsets.len() * 8);
-        first.node_span()?;
-        let mut windows = [
-            first,
-            comm.node_window(g.targets.as_bytes().len()),
-            comm.node_window(cum.len() * 4),
-        ];
-        windows[0].with_local_mut(|b| {
-            for (c, x) in b.chunks_exact_mut(8).zip(&g.offsets) {
-                c.copy_from_slice(&x.to_ne_bytes());
-            }
-        });
-        windows[1].with_local_mut(|b| b.copy_from_slice(g.targets.as_bytes()));
-        windows[2].with_local_mut(|b| {
-            for (c, x) in b.chunks_exact_mut(4).zip(cum) {
-                c.copy_from_slice(&x.to_ne_bytes());
-            }
-        });
-        // Every rank has copied its CSR: from here on the windows are only read.
-        comm.barrier();
-        let spans: Vec<_> = windows.iter().map(Window::node_span).collect();
+        // Whether the load shared the CSR is the same on every rank.
+        let windows = match &g.windows {
+            Some(w) => w.0.clone(),
+            None => Self::copy(comm, g)?,
+        };
+        let spans: Vec<_> = windows.iter().map(|w| w.node_span()).collect();
         let part = |w: usize, rank: usize| {
             spans[w].as_ref().and_then(|s| {
                 s.parts
@@ -112,6 +98,26 @@ impl NodeGraph {
             peers,
             _windows: windows,
         })
+    }
+
+    /// Collective: copy this rank's CSR into new node-shared windows; `None` when windows are
+    /// not node-shared.
+    fn copy(comm: &Comm, g: &LocalGraph) -> Option<[Arc<Window>; 3]> {
+        let cum = g.cum_weights.as_deref().unwrap_or(&[]);
+        // Whether windows are node-shared is the same on every rank: ask the first one.
+        let first = comm.node_window(g.offsets.len() * 8);
+        first.node_span()?;
+        let mut windows = [
+            first,
+            comm.node_window(g.targets.as_bytes().len()),
+            comm.node_window(cum.len() * 4),
+        ];
+        windows[0].with_local_mut(|b| b.copy_from_slice(bytemuck::cast_slice(&g.offsets[..])));
+        windows[1].with_local_mut(|b| b.copy_from_slice(g.targets.as_bytes()));
+        windows[2].with_local_mut(|b| b.copy_from_slice(bytemuck::cast_slice(cum)));
+        // Every rank has copied its CSR: from here on the windows are only read.
+        comm.barrier();
+        Some(windows.map(Arc::new))
     }
 
     /// Whether `rank`'s adjacency is mapped here (it is on this node).

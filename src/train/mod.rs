@@ -24,7 +24,7 @@ use crate::config::{
 };
 use crate::error::{Error, Result};
 use crate::graph::triples::{Triple, TripleFile};
-use crate::graph::{csr, LocalGraph, NodeId};
+use crate::graph::{csr, LocalGraph, NodeId, Partitioner};
 use crate::model::{self, cells, kge::Kge, sgns::Sgns, Cells, Plan, Work};
 use crate::sample::edges::EdgeSampler;
 use crate::sample::negatives::NegativePool;
@@ -161,7 +161,27 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     });
     agree(comm, kind)?;
     let t = Timer::start();
-    let g = csr::load(comm, &cfg.graph, cfg.partition, csr::LOAD_CHUNK_EDGES)?;
+    // Walks across a node's ranks read each other's adjacency: the load writes it into
+    // node-shared windows then (the same decision as the trainer's, `node_memory_fits`).
+    let walks = matches!(cfg.model, Model::Deepwalk | Model::Node2vec);
+    let local_nodes = Partitioner::new(
+        cfg.partition,
+        agree(comm, crate::graph::h5::EdgeFile::open(&cfg.graph))?.num_nodes,
+        comm.size(),
+    )
+    .num_local(comm.rank());
+    let share = |csr: u64| {
+        walks
+            && cfg.node_memory == NodeMemory::Shared
+            && node_memory_fits(comm, cfg, local_nodes, csr)
+    };
+    let g = csr::load(
+        comm,
+        &cfg.graph,
+        cfg.partition,
+        csr::LOAD_CHUNK_EDGES,
+        share,
+    )?;
     let load_secs = t.secs();
     let rows = g.num_local() as u64;
     // The row cache of hogwild across nodes (its copies and their bases).
@@ -341,7 +361,8 @@ impl<'a, M: model::Model> Trainer<'a, M> {
     pub fn new(comm: &'a Comm, cfg: &'a TrainConfig, g: &'a LocalGraph) -> Result<Self> {
         let rows = g.num_local();
         let one_matrix = cfg.matrices() == 1;
-        let node_shared = cfg.node_memory == NodeMemory::Shared && node_memory_fits(comm, cfg, g);
+        let node_shared = cfg.node_memory == NodeMemory::Shared
+            && node_memory_fits(comm, cfg, g.num_local(), g.bytes());
         let shard = || Shard::new(comm, rows, cfg.dim, cfg.dtype, cfg.optimizer, node_shared);
         let mut shards = vec![shard()];
         if !one_matrix {
@@ -1696,14 +1717,14 @@ impl<'a, M: model::Model> Trainer<'a, M> {
 }
 
 /// Collective: whether this node's shared segments fit where Open MPI puts them (`/dev/shm`,
-/// measured with Open MPI 4.1): every rank's rows, and for walks a copy of its adjacency, times
-/// the ranks on the node. When one node lacks the room every rank falls back to private memory
+/// measured with Open MPI 4.1): every rank's rows (`local_nodes` of them per matrix), and for
+/// walks its adjacency (`csr_bytes`), times the ranks on the node. When one node lacks the room every rank falls back to private memory
 /// with a warning, instead of a bus error when a page of the segment cannot be backed.
 /// `GRAPHSCALE_SHM_BYTES` overrides the free space (test hook).
-fn node_memory_fits(comm: &Comm, cfg: &TrainConfig, g: &LocalGraph) -> bool {
-    let rows = (g.num_local() * cfg.dim * cfg.dtype.size() * cfg.matrices()) as u64;
+fn node_memory_fits(comm: &Comm, cfg: &TrainConfig, local_nodes: usize, csr_bytes: u64) -> bool {
+    let rows = (local_nodes * cfg.dim * cfg.dtype.size() * cfg.matrices()) as u64;
     let walks = matches!(cfg.model, Model::Deepwalk | Model::Node2vec);
-    let csr = if walks { g.bytes() } else { 0 };
+    let csr = if walks { csr_bytes } else { 0 };
     let most = comm.max_u64(rows + csr);
     // A rank alone on its node shares nothing, but takes part in the agreement all the same.
     let need = most.saturating_mul(comm.node_size() as u64);
