@@ -421,7 +421,7 @@ fn export_cmd(x: &ExportCmd) -> Result<()> {
 fn info(comm: &Comm, i: &InfoCmd) -> Result<()> {
     let scheme = agree(comm, i.partition.parse().map_err(Error::config))?;
     let t = std::time::Instant::now();
-    let g = csr::load(comm, &i.graph, scheme, csr::LOAD_CHUNK_EDGES, |_| false)?;
+    let g = csr::load(comm, &i.graph, scheme, csr::LOAD_CHUNK_EDGES, |_| Ok(false))?;
     let secs = t.elapsed().as_secs_f64();
     let s = csr::stats(comm, &g);
     let rss = comm.max_u64(graphscale::stats::peak_rss_bytes());

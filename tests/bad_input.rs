@@ -314,6 +314,45 @@ fn bad_configs_are_refused_on_every_rank_before_training() {
     );
     assert_eq!(o.code, 1, "{}", o.all());
     assert!(o.stderr.contains("exceeds --max-memory"), "{}", o.stderr);
+    // Rows that fit, an adjacency that does not: refused once the load has counted the
+    // degrees, before it reads the entries, with the adjacency's size named.
+    let rm = p(d.path(), "rmat.h5");
+    let o = run(
+        60,
+        &[
+            "generate",
+            "rmat",
+            "--scale",
+            "10",
+            "--edge-factor",
+            "32",
+            "-o",
+            s(&rm),
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.all());
+    let o = mpirun(
+        2,
+        90,
+        &[
+            "--graph",
+            s(&rm),
+            "--dim",
+            "8",
+            "--max-memory",
+            "100K",
+            "--comm-timeout",
+            "20",
+        ],
+    );
+    assert_eq!(o.code, 1, "{}", o.all());
+    assert!(
+        o.stderr.contains("rmat.h5: the adjacency takes")
+            && o.stderr.contains("exceeds --max-memory 100.0 KiB"),
+        "{}",
+        o.stderr
+    );
+    assert!(!o.stderr.contains("pairs/s"), "{}", o.stderr);
     let cfg = p(d.path(), "run.toml");
     std::fs::write(&cfg, "[training]\nlearning_rat = 0.1\n").unwrap();
     let o = run(30, &["--config", s(&cfg), "--graph", s(&g)]);

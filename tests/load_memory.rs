@@ -60,7 +60,7 @@ fn the_load_peaks_within_1_2x_of_the_csr_it_builds() {
                 PEAK.store(before, Relaxed);
             }
             c.barrier();
-            let g = csr::load(&c, &path, Scheme::Striped, 1 << 12, |_| share).unwrap();
+            let g = csr::load(&c, &path, Scheme::Striped, 1 << 12, |_| Ok(share)).unwrap();
             assert_eq!(g.windows.is_some(), share);
             c.barrier();
             (g.bytes(), g.local_entries(), before)

@@ -674,15 +674,16 @@ fn stream_entries(
 
 /// Collective: load `path` partitioned over all ranks of `comm`, reading it twice (degrees,
 /// then entries) so that no rank holds more than its final CSR and one round's buffers.
-/// `share(bytes)` (collective, the same answer on every rank) is asked, once the CSR's size is
-/// known, whether the node's ranks will map each other's adjacency: then the CSR is written
-/// straight into node-shared windows ([`LocalGraph::windows`]).
+/// `counted(bytes)` (collective, the same answer on every rank) is told this rank's CSR size
+/// once the degrees are counted, before the entries are read: an error ends the load (a memory
+/// budget), `true` asks for the CSR in node-shared windows ([`LocalGraph::windows`]), which the
+/// node's ranks map when they walk across each other's nodes.
 pub fn load(
     comm: &Comm,
     path: &Path,
     scheme: Scheme,
     chunk_edges: u64,
-    share: impl FnOnce(u64) -> bool,
+    counted: impl FnOnce(u64) -> Result<bool>,
 ) -> Result<LocalGraph> {
     let file = agree(comm, EdgeFile::open(path))?;
     let part = Partitioner::new(scheme, file.num_nodes, comm.size());
@@ -704,7 +705,7 @@ pub fn load(
     let wire = Wire::new(&part, comm.size(), file.weighted);
     let mut b = Builder::new(comm.rank(), part.clone(), file.weighted);
     let n = b.offsets.len() - 1;
-    let counted = stream_entries(comm, &file, &part, range, chunk, wire, true, |l, _, _| {
+    let in_range = stream_entries(comm, &file, &part, range, chunk, wire, true, |l, _, _| {
         l < n && {
             b.count(l);
             true
@@ -719,7 +720,7 @@ pub fn load(
             )
         }),
     )?;
-    let windows = share(bytes).then(|| {
+    let windows = agree(comm, counted(bytes))?.then(|| {
         let (entries, narrow) = (b.entries(), Targets::narrow(part.num_nodes()));
         let weights = if file.weighted { entries * 4 } else { 0 };
         let w = [
@@ -733,7 +734,7 @@ pub fn load(
             .then(|| CsrWindows(w.map(Arc::new)))
     });
     b.allocate(windows.flatten());
-    let placed = counted
+    let placed = in_range
         && stream_entries(comm, &file, &part, range, chunk, wire, false, |l, d, w| {
             l < n && b.place(l, d, w)
         })?;
@@ -943,7 +944,7 @@ mod tests {
             // Ranks in nodes of two; with `share` the CSR goes straight into node-shared
             // windows, which the node's other rank maps.
             let got = local::run_nodes(ranks, 2, Duration::from_secs(30), |c| {
-                let g = load(&c, &path, scheme, chunk, |_| share).unwrap();
+                let g = load(&c, &path, scheme, chunk, |_| Ok(share)).unwrap();
                 let mapped = crate::graph::node::NodeGraph::new(&c, &g).map(|ng| {
                     let mut m = BTreeMap::new();
                     for r in (0..c.size()).filter(|&r| ng.has(r)) {

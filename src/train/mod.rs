@@ -160,46 +160,85 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         }
     });
     agree(comm, kind)?;
+    // The storage (rows, optimizer state, the row cache, replicas) follows from the partition:
+    // checked against --max-memory before anything is loaded.
+    let num_nodes = agree(comm, crate::graph::h5::EdgeFile::open(&cfg.graph))?.num_nodes;
+    let local_nodes =
+        Partitioner::new(cfg.partition, num_nodes, comm.size()).num_local(comm.rank());
+    let rows = local_nodes as u64;
+    // The row cache of hogwild across nodes (its copies and their bases).
+    let cached = if cfg.update == Update::Hogwild
+        && cfg.strategy == Strategy::Sharded
+        && comm.node_size() < comm.size()
+    {
+        cfg.cache_rows_for(local_nodes)
+    } else {
+        0
+    };
+    let replica = cfg.replica_bytes(num_nodes);
+    let storage = cfg.memory_estimate(rows) + RowCache::bytes(cached, cfg.dim) + replica;
+    agree(
+        comm,
+        match cfg.max_memory {
+            Some(limit) if storage > limit && RowCache::bytes(cached, cfg.dim) > 0 => {
+                Err(Error::config(format!(
+                    "the storage estimate {} (of which the remote-row cache, --cache-rows {}: {}) exceeds --max-memory {}; lower --cache-rows (0 disables the cache), use more ranks, or a smaller --dim",
+                    human_bytes(storage),
+                    cached,
+                    human_bytes(RowCache::bytes(cached, cfg.dim)),
+                    human_bytes(limit)
+                )))
+            }
+            Some(limit) if storage > limit && replica > 0 => Err(Error::config(format!(
+                "the storage estimate {} (of which --strategy replicated's copy of every row: {}) exceeds --max-memory {}; the replicated strategy needs every row on every rank: use --strategy sharded, --sync sparse, or a smaller --dim",
+                human_bytes(storage),
+                human_bytes(replica),
+                human_bytes(limit)
+            ))),
+            Some(limit) if storage > limit => Err(Error::config(format!(
+                "the storage estimate {} exceeds --max-memory {}; use more ranks, --dtype f16, or a smaller --dim",
+                human_bytes(storage),
+                human_bytes(limit)
+            ))),
+            _ => Ok(()),
+        },
+    )?;
     let t = Timer::start();
-    // Walks across a node's ranks read each other's adjacency: the load writes it into
-    // node-shared windows then (the same decision as the trainer's, `node_memory_fits`).
+    // Once the load has counted the degrees, the adjacency's size is known: with the storage it
+    // must fit --max-memory before the entries are read. Walks across a node's ranks read each
+    // other's adjacency: the load then writes it into node-shared windows (the trainer's own
+    // decision, `node_memory_fits`, is the same).
     let walks = matches!(cfg.model, Model::Deepwalk | Model::Node2vec);
-    let local_nodes = Partitioner::new(
-        cfg.partition,
-        agree(comm, crate::graph::h5::EdgeFile::open(&cfg.graph))?.num_nodes,
-        comm.size(),
-    )
-    .num_local(comm.rank());
-    let share = |csr: u64| {
-        walks
+    let counted = |csr: u64| -> Result<bool> {
+        let most = comm.all_reduce_u64(&[storage + csr, csr], ReduceOp::Max);
+        if let Some(limit) = cfg.max_memory.filter(|&l| most[0] > l) {
+            return Err(Error::config(format!(
+                "{}: the adjacency takes {} on the largest rank, which with the storage ({}) makes {} and exceeds --max-memory {}; use more ranks or nodes, or a smaller --dim or --dtype f16",
+                cfg.graph.display(),
+                human_bytes(most[1]),
+                human_bytes(storage),
+                human_bytes(most[0]),
+                human_bytes(limit)
+            )));
+        }
+        Ok(walks
             && cfg.node_memory == NodeMemory::Shared
-            && node_memory_fits(comm, cfg, local_nodes, csr)
+            && node_memory_fits(comm, cfg, local_nodes, csr))
     };
     let g = csr::load(
         comm,
         &cfg.graph,
         cfg.partition,
         csr::LOAD_CHUNK_EDGES,
-        share,
+        counted,
     )?;
     let load_secs = t.secs();
-    let rows = g.num_local() as u64;
-    // The row cache of hogwild across nodes (its copies and their bases).
-    let cached = if cfg.update == Update::Hogwild
-        && cfg.strategy == Strategy::Sharded
-        && comm.node_size() < comm.size()
-    {
-        cfg.cache_rows_for(g.num_local())
-    } else {
-        0
-    };
-    let replica = cfg.replica_bytes(g.num_nodes());
-    let estimate = cfg.memory_estimate(rows) + RowCache::bytes(cached, cfg.dim) + replica;
+    let estimate = storage + g.bytes();
     let max_est = comm.max_u64(estimate);
     let max_rows = comm.max_u64(rows);
     if comm.rank() == 0 {
         eprintln!(
-            "graphscale: {} nodes, {} edges, {} ranks; storage per rank {} ({} rows x {} dims x {} B x {} matrices + optimizer state)",
+            "graphscale: {} nodes, {} edges, {} ranks; memory per rank {} (storage: {} rows x {} dims x {} B x {} matrices + optimizer state; adjacency {})",
             g.num_nodes(),
             g.file_edges,
             comm.size(),
@@ -207,7 +246,8 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
             max_rows,
             cfg.dim,
             cfg.dtype.size(),
-            cfg.matrices()
+            cfg.matrices(),
+            human_bytes(comm.max_u64(g.bytes()))
         );
         if replica > 0 {
             eprintln!(
@@ -228,32 +268,6 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
             );
         }
     }
-    agree(
-        comm,
-        match cfg.max_memory {
-            Some(limit) if estimate > limit && RowCache::bytes(cached, cfg.dim) > 0 => {
-                Err(Error::config(format!(
-                    "the storage estimate {} (of which the remote-row cache, --cache-rows {}: {}) exceeds --max-memory {}; lower --cache-rows (0 disables the cache), use more ranks, or a smaller --dim",
-                    human_bytes(estimate),
-                    cached,
-                    human_bytes(RowCache::bytes(cached, cfg.dim)),
-                    human_bytes(limit)
-                )))
-            }
-            Some(limit) if estimate > limit && replica > 0 => Err(Error::config(format!(
-                "the storage estimate {} (of which --strategy replicated's copy of every row: {}) exceeds --max-memory {}; the replicated strategy needs every row on every rank: use --strategy sharded, --sync sparse, or a smaller --dim",
-                human_bytes(estimate),
-                human_bytes(replica),
-                human_bytes(limit)
-            ))),
-            Some(limit) if estimate > limit => Err(Error::config(format!(
-                "the storage estimate {} exceeds --max-memory {}; use more ranks, --dtype f16, or a smaller --dim",
-                human_bytes(estimate),
-                human_bytes(limit)
-            ))),
-            _ => Ok(()),
-        },
-    )?;
     if cfg.model.is_kg() {
         run_model::<Kge>(comm, cfg, &g, load_secs, estimate)
     } else {
