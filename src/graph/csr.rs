@@ -917,7 +917,7 @@ mod tests {
         /// what one rank builds from the whole edge list in memory, weights included.
         #[test]
         fn the_two_pass_load_holds_the_in_memory_graph(
-            raw in prop::collection::vec((0u64..30, 0u64..30, 1u32..8), 0..120),
+            raw in prop::collection::vec((0u64..30, 0u64..30, 1u32..8), 1..120),
             ranks in 1usize..5,
             chunk in 1u64..9,
             directed in any::<bool>(),
