@@ -236,6 +236,7 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     let estimate = storage + g.bytes();
     let max_est = comm.max_u64(estimate);
     let max_rows = comm.max_u64(rows);
+    let max_csr = comm.max_u64(g.bytes());
     if comm.rank() == 0 {
         eprintln!(
             "graphscale: {} nodes, {} edges, {} ranks; memory per rank {} (storage: {} rows x {} dims x {} B x {} matrices + optimizer state; adjacency {})",
@@ -247,7 +248,7 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
             cfg.dim,
             cfg.dtype.size(),
             cfg.matrices(),
-            human_bytes(comm.max_u64(g.bytes()))
+            human_bytes(max_csr)
         );
         if replica > 0 {
             eprintln!(
