@@ -316,21 +316,7 @@ fn bad_configs_are_refused_on_every_rank_before_training() {
     assert!(o.stderr.contains("exceeds --max-memory"), "{}", o.stderr);
     // Rows that fit, an adjacency that does not: refused once the load has counted the
     // degrees, before it reads the entries, with the adjacency's size named.
-    let rm = p(d.path(), "rmat.h5");
-    let o = run(
-        60,
-        &[
-            "generate",
-            "rmat",
-            "--scale",
-            "10",
-            "--edge-factor",
-            "32",
-            "-o",
-            s(&rm),
-        ],
-    );
-    assert_eq!(o.code, 0, "{}", o.all());
+    let rm = rmat(d.path(), 10, 32);
     let o = mpirun(
         2,
         90,

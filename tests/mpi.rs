@@ -15,21 +15,7 @@ fn info_json(o: &Out) -> serde_json::Value {
 #[test]
 fn multi_rank_loads_agree_with_one_rank() {
     let d = tmp();
-    let g = p(d.path(), "rmat.h5");
-    let o = run(
-        60,
-        &[
-            "generate",
-            "rmat",
-            "--scale",
-            "10",
-            "--edge-factor",
-            "8",
-            "-o",
-            s(&g),
-        ],
-    );
-    assert_eq!(o.code, 0, "{}", o.all());
+    let g = rmat(d.path(), 10, 8);
     let one = info_json(&run(60, &["info", "--graph", s(&g), "--json"]));
     for (ranks, scheme) in [(2, "striped"), (3, "block"), (4, "striped")] {
         let many = info_json(&mpirun(

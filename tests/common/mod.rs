@@ -80,6 +80,27 @@ pub fn s(p: &Path) -> &str {
 }
 
 /// A planted-partition graph and its labels in `dir`.
+/// `graphscale generate rmat` of 2^`scale` nodes into `dir/rmat.h5`.
+pub fn rmat(dir: &Path, scale: u32, edge_factor: u32) -> PathBuf {
+    let g = p(dir, "rmat.h5");
+    let (scale, ef) = (scale.to_string(), edge_factor.to_string());
+    let o = run(
+        60,
+        &[
+            "generate",
+            "rmat",
+            "--scale",
+            &scale,
+            "--edge-factor",
+            &ef,
+            "-o",
+            s(&g),
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.all());
+    g
+}
+
 pub fn sbm(dir: &Path, nodes: u64, blocks: u64) -> (PathBuf, PathBuf) {
     let g = p(dir, "sbm.h5");
     let l = p(dir, "labels.tsv");
