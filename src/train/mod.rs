@@ -143,8 +143,9 @@ struct Pending {
 
 /// Collective: load the graph, allocate storage, train, write the output.
 pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
-    // A walk or edge model given triples, or a knowledge-graph model given a plain graph.
-    let kind = crate::graph::h5::EdgeFile::open(&cfg.graph).and_then(|f| {
+    // A walk or edge model given triples, or a knowledge-graph model given a plain graph; the
+    // graph's node count otherwise.
+    let num_nodes = crate::graph::h5::EdgeFile::open(&cfg.graph).and_then(|f| {
         if f.has_rel && !cfg.model.is_kg() {
             Err(Error::bad_input(
                 &cfg.graph,
@@ -154,15 +155,14 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
                 ),
             ))
         } else if cfg.model.is_kg() {
-            TripleFile::open(&cfg.graph).map(|_| ())
+            TripleFile::open(&cfg.graph).map(|_| f.num_nodes)
         } else {
-            Ok(())
+            Ok(f.num_nodes)
         }
     });
-    agree(comm, kind)?;
+    let num_nodes = agree(comm, num_nodes)?;
     // The storage (rows, optimizer state, the row cache, replicas) follows from the partition:
     // checked against --max-memory before anything is loaded.
-    let num_nodes = agree(comm, crate::graph::h5::EdgeFile::open(&cfg.graph))?.num_nodes;
     let local_nodes =
         Partitioner::new(cfg.partition, num_nodes, comm.size()).num_local(comm.rank());
     let rows = local_nodes as u64;
