@@ -8,6 +8,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use rand::RngExt;
 
 use graphscale::config::Dtype;
+use graphscale::model::cells::Shared::{F16, F32};
 use graphscale::model::sgns;
 use graphscale::sample::alias::AliasTable;
 use graphscale::sample::rng_for;
@@ -71,7 +72,18 @@ fn skipgram_in_place(c: &mut Criterion) {
         let (pairs, negs) = random_batch(&mut rng, pairs_n, k, rows);
         g.throughput(Throughput::Elements(pairs_n as u64));
         g.bench_with_input(BenchmarkId::new("hogwild", rows), &rows, |b, _| {
-            b.iter(|| sgns::sgd_in_place(&centers, &targets, &[], dim, &pairs, &negs, k, 1e-4))
+            b.iter(|| {
+                sgns::sgd_in_place(
+                    F32(&centers),
+                    F32(&targets),
+                    F32(&[]),
+                    dim,
+                    &pairs,
+                    &negs,
+                    k,
+                    1e-4,
+                )
+            })
         });
     }
     g.finish();
@@ -83,7 +95,8 @@ fn skipgram_in_place(c: &mut Criterion) {
 /// Throughput is in pairs, so the two rows compare directly.
 fn skipgram_segments(c: &mut Criterion) {
     use graphscale::sample::walk::{group_inputs, Segments};
-    use std::sync::atomic::AtomicU32;
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::atomic::{AtomicU16, AtomicU32};
     let (dim, k, window, walks, len) = (128, 5, 10u32, 64, 80);
     let mut g = c.benchmark_group("skipgram_segments");
     g.sample_size(20);
@@ -133,10 +146,55 @@ fn skipgram_segments(c: &mut Criterion) {
             .collect();
         g.throughput(Throughput::Elements(npairs as u64));
         g.bench_with_input(BenchmarkId::new("token_blocks", rows), &rows, |b, _| {
-            b.iter(|| sgns::sgd_segments(&centers, &targets, &[], dim, &rows_ref, k, window, 1e-4))
+            b.iter(|| {
+                sgns::sgd_segments(
+                    F32(&centers),
+                    F32(&targets),
+                    F32(&[]),
+                    dim,
+                    &rows_ref,
+                    k,
+                    window,
+                    1e-4,
+                )
+            })
+        });
+        // The same rows stored as f16 (`--dtype f16`): half the bytes, a conversion per copy.
+        let half = |c: &[AtomicU32]| -> Vec<AtomicU16> {
+            c.iter()
+                .map(|x| {
+                    AtomicU16::new(half::f16::from_f32(f32::from_bits(x.load(Relaxed))).to_bits())
+                })
+                .collect()
+        };
+        let (hc, ht) = (half(&centers), half(&targets));
+        g.bench_with_input(BenchmarkId::new("token_blocks_f16", rows), &rows, |b, _| {
+            b.iter(|| {
+                sgns::sgd_segments(
+                    F16(&hc),
+                    F16(&ht),
+                    F32(&[]),
+                    dim,
+                    &rows_ref,
+                    k,
+                    window,
+                    1e-4,
+                )
+            })
         });
         g.bench_with_input(BenchmarkId::new("pairs", rows), &rows, |b, _| {
-            b.iter(|| sgns::sgd_in_place(&centers, &targets, &[], dim, &pidx, &pnegs, k, 1e-4))
+            b.iter(|| {
+                sgns::sgd_in_place(
+                    F32(&centers),
+                    F32(&targets),
+                    F32(&[]),
+                    dim,
+                    &pidx,
+                    &pnegs,
+                    k,
+                    1e-4,
+                )
+            })
         });
     }
     g.finish();
@@ -155,7 +213,7 @@ fn line_in_place(c: &mut Criterion) {
     g.sample_size(20);
     g.throughput(Throughput::Elements(pairs_n as u64));
     g.bench_function("first_order_10312", |b| {
-        b.iter(|| sgns::sgd_in_place(&m, &m, &[], dim, &pairs, &negs, k, 1e-4))
+        b.iter(|| sgns::sgd_in_place(F32(&m), F32(&m), F32(&[]), dim, &pairs, &negs, k, 1e-4))
     });
     g.finish();
 }

@@ -187,7 +187,7 @@ pub struct RawTrain {
     #[arg(long)]
     pub threads: Option<usize>,
     /// How a batch updates rows: hogwild (in place, word2vec order; remote rows as deltas),
-    /// batched (summed gradients, owner-side optimizer), or auto (hogwild for sgd on f32 rows)
+    /// batched (summed gradients, owner-side optimizer), or auto (hogwild for sgd)
     #[arg(long, value_enum)]
     pub update: Option<Update>,
     /// Batches whose gradients may be outstanding: 0 (default) applies each batch before the
@@ -584,7 +584,8 @@ pub struct TrainConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Update {
-    /// Hogwild when the options allow it (sgd, f32 rows, no clipping, --on-nan abort).
+    /// Hogwild when the options allow it (sgd, no clipping, --on-nan abort), on f32, f16 or
+    /// bf16 rows.
     Auto,
     /// Pool threads update local rows in place pair by pair, as word2vec does; remote rows are
     /// updated in a fetched copy and their deltas pushed to the owner.
@@ -985,7 +986,10 @@ impl TrainConfig {
         }
         if c.strategy == Strategy::Replicated {
             let mut errs = Vec::new();
-            let b = c.hogwild_blockers();
+            let mut b = c.hogwild_blockers();
+            if c.dtype != Dtype::F32 {
+                b.push("--dtype f32");
+            }
             if !b.is_empty() || c.update == Update::Batched {
                 errs.push(format!(
                     "--strategy replicated trains with the default kernel (in-place sgd on f32 rows) and needs {}",
@@ -1049,9 +1053,6 @@ impl TrainConfig {
         let mut b = Vec::new();
         if self.optimizer != Optimizer::Sgd {
             b.push("--optimizer sgd");
-        }
-        if self.dtype != Dtype::F32 {
-            b.push("--dtype f32");
         }
         if self.clip_grad > 0.0 {
             b.push("no --clip-grad");
@@ -1301,13 +1302,16 @@ mod tests {
     fn auto_update_is_hogwild_only_where_it_applies() {
         let resolve = |r: RawTrain| TrainConfig::from_raw(r).map(|c| c.update);
         assert_eq!(resolve(raw()).unwrap(), Update::Hogwild);
+        for dtype in [Dtype::F16, Dtype::Bf16] {
+            let r = RawTrain {
+                dtype: Some(dtype),
+                ..raw()
+            };
+            assert_eq!(resolve(r).unwrap(), Update::Hogwild, "{dtype:?} rows");
+        }
         for r in [
             RawTrain {
                 optimizer: Some(Optimizer::Adagrad),
-                ..raw()
-            },
-            RawTrain {
-                dtype: Some(Dtype::F16),
                 ..raw()
             },
             RawTrain {

@@ -2,7 +2,7 @@
 //! storage dtype, exposed in a [`Window`] for one-sided reads, plus the optimizer state, which
 //! only the owner touches. Math is always f32; rows convert on the way in and out.
 
-use std::sync::atomic::AtomicU32;
+use crate::model::cells::Shared;
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
@@ -152,13 +152,15 @@ pub fn apply_update(p: &OptParams, lr: f32, w: &mut [f32], g: &[f32], state: &mu
     }
 }
 
-/// A shard's f32 rows seen as atomic cells, handed to pool tasks that update rows in place
-/// (HOGWILD): relaxed loads and stores, so two threads updating one row may lose part of an
-/// update (as in word2vec) but never tear a value, and there is no data race.
+/// A shard's rows seen as atomic cells of their storage type, handed to pool tasks that update
+/// rows in place (HOGWILD): relaxed loads and stores, so two threads updating one row may lose
+/// part of an update (as in word2vec) but never tear a value, and there is no data race.
 #[derive(Clone, Copy)]
 pub struct SharedRows {
-    ptr: *const AtomicU32,
+    ptr: *const u8,
+    /// Values (not bytes).
     len: usize,
+    dtype: Dtype,
 }
 
 // SAFETY: the cells are atomics, which are Sync; the pointer itself is plain data.
@@ -167,7 +169,12 @@ unsafe impl Send for SharedRows {}
 unsafe impl Sync for SharedRows {}
 
 impl SharedRows {
-    /// The number of f32 cells.
+    /// `len` values of `dtype` at `ptr`, or `None` if `ptr` is not aligned for them.
+    fn new(ptr: *const u8, len: usize, dtype: Dtype) -> Option<SharedRows> {
+        (len == 0 || ptr.align_offset(dtype.size()) == 0).then_some(SharedRows { ptr, len, dtype })
+    }
+
+    /// The number of values.
     pub fn len(&self) -> usize {
         self.len
     }
@@ -176,20 +183,26 @@ impl SharedRows {
         self.len == 0
     }
 
-    /// The cells (row r is `cells[r * dim..(r + 1) * dim]`, f32 bits).
+    /// The cells (row r is `cells.row(r, dim)`).
     ///
     /// # Safety
-    /// The shard these came from must outlive the returned slice, and no `&mut` access to its
+    /// The shard these came from must outlive the returned view, and no `&mut` access to its
     /// window may happen meanwhile (the trainer waits for every in-place task before it applies,
     /// snapshots, writes or drops rows).
-    pub unsafe fn cells<'a>(self) -> &'a [AtomicU32] {
+    pub unsafe fn cells<'a>(self) -> Shared<'a> {
         if self.len == 0 {
-            return &[];
+            return Shared::F32(&[]);
         }
-        // SAFETY: `ptr` came from the window's live allocation of `len * 4` bytes, is aligned
-        // for AtomicU32 (checked in `shared_rows`), AtomicU32 has u32's size and layout, and the
-        // caller guarantees the allocation outlives `'a` with no `&mut` alias.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+        // SAFETY: `ptr` came from the window's live allocation of `len` values of `dtype`, is
+        // aligned for them (checked in `new`), AtomicU32 and AtomicU16 have the layout of u32
+        // and u16, and the caller guarantees the allocation outlives `'a` with no `&mut` alias.
+        unsafe {
+            match self.dtype {
+                Dtype::F32 => Shared::F32(std::slice::from_raw_parts(self.ptr.cast(), self.len)),
+                Dtype::F16 => Shared::F16(std::slice::from_raw_parts(self.ptr.cast(), self.len)),
+                Dtype::Bf16 => Shared::Bf16(std::slice::from_raw_parts(self.ptr.cast(), self.len)),
+            }
+        }
     }
 }
 
@@ -346,27 +359,20 @@ impl Shard {
         });
     }
 
-    /// The rows as f32 cells for in-place (HOGWILD) updates by pool tasks, or `None` when the
-    /// rows are not f32 or not 4-byte aligned. Valid while `self` lives and nothing else
-    /// borrows its window; see [`SharedRows::cells`].
+    /// The rows as cells of their storage type for in-place (HOGWILD) updates by pool tasks,
+    /// or `None` when the window is not aligned for them. Valid while `self` lives and nothing
+    /// else borrows its window; see [`SharedRows::cells`].
     pub fn shared_rows(&mut self) -> Option<SharedRows> {
-        if self.dtype != Dtype::F32 {
-            return None;
-        }
+        let size = self.dtype.size();
         let (ptr, len) = self
             .window
-            .with_local_mut(|b| (b.as_mut_ptr(), b.len() / 4));
-        (ptr.align_offset(std::mem::align_of::<AtomicU32>()) == 0 || len == 0).then_some(
-            SharedRows {
-                ptr: ptr.cast::<AtomicU32>(),
-                len,
-            },
-        )
+            .with_local_mut(|b| (b.as_mut_ptr().cast_const(), b.len() / size));
+        SharedRows::new(ptr, len, self.dtype)
     }
 
-    /// The rows this rank updates in place (f32 rows only): with `node` the node-shared span
-    /// (`None` when the window has none or its layout does not fit f32 rows), else its own.
-    /// Valid as [`Shard::shared_rows`].
+    /// The rows this rank updates in place: with `node` the node-shared span (`None` when the
+    /// window has none or its layout does not fit whole rows), else its own. Valid as
+    /// [`Shard::shared_rows`].
     pub fn in_place_rows(&mut self, me: usize, ranks: usize, node: bool) -> Option<InPlaceRows> {
         let rb = self.row_bytes();
         let mut first_row = vec![None; ranks];
@@ -378,9 +384,7 @@ impl Shard {
         }
         let span = self.window.node_span()?;
         let (base, len) = span.mapping?;
-        let fits = self.dtype == Dtype::F32
-            && base.align_offset(std::mem::align_of::<AtomicU32>()) == 0
-            && len / rb <= u32::MAX as usize
+        let fits = len / rb <= u32::MAX as usize
             && span
                 .parts
                 .iter()
@@ -388,6 +392,7 @@ impl Shard {
         if !fits {
             return None;
         }
+        let cells = SharedRows::new(base.cast_const(), len / self.dtype.size(), self.dtype)?;
         for &(r, at, n) in &span.parts {
             first_row[r] = Some(if n == 0 {
                 0
@@ -395,13 +400,7 @@ impl Shard {
                 ((at as usize - base as usize) / rb) as u32
             });
         }
-        Some(InPlaceRows {
-            cells: SharedRows {
-                ptr: base.cast::<AtomicU32>(),
-                len: len / 4,
-            },
-            first_row,
-        })
+        Some(InPlaceRows { cells, first_row })
     }
 
     /// Apply gradient rows: each update is (local row, its gradient).

@@ -20,7 +20,7 @@ fn every_remote_path_setting_trains_and_counts_its_bytes() {
     let (g, l) = sbm(d.path(), 1200, 4);
     let (emb, m) = (p(d.path(), "emb.h5"), p(d.path(), "m.jsonl"));
     // (flags, wire bytes per value of fetched rows, one-sided reads)
-    let cases: [(&[&str], u64, bool); 7] = [
+    let cases: [(&[&str], u64, bool); 9] = [
         (&[], 2, false),
         (
             &[
@@ -44,6 +44,10 @@ fn every_remote_path_setting_trains_and_counts_its_bytes() {
         (&["--cache-rows", "40"], 2, false),
         // No cache: every batch fetches its rows and pushes their deltas (the earlier path).
         (&["--cache-rows", "0"], 4, true),
+        // Rows stored in 16 bits, updated in place by the hogwild kernels: read one-sidedly
+        // in their storage dtype, and with the cache (deltas added to f16 cells by owners).
+        (&["--dtype", "f16", "--cache-rows", "0"], 2, true),
+        (&["--dtype", "bf16"], 2, false),
     ];
     for (i, (extra, value_bytes, one_sided)) in cases.iter().enumerate() {
         let mut a = args(s(&g), s(&emb), s(&m));
@@ -59,8 +63,9 @@ fn every_remote_path_setting_trains_and_counts_its_bytes() {
         let read = sum(&ms, "one_sided_bytes");
         assert_eq!(read > 0, *one_sided, "case {i}: one-sided bytes {read}");
         let hits = sum(&ms, "cache_hits");
+        let no_cache = extra.windows(2).any(|w| w == ["--cache-rows", "0"]);
         match extra.first() {
-            Some(&"--cache-rows") if extra[1] == "0" => assert_eq!(hits, 0, "case {i}"),
+            _ if no_cache => assert_eq!(hits, 0, "case {i}"),
             Some(&"--cache-rows") => {
                 assert!(sum(&ms, "cache_evictions") > 0, "case {i}: no evictions");
                 assert!(o.stderr.contains("growing it"), "case {i}: {}", o.stderr);

@@ -16,6 +16,8 @@ pub mod sgns;
 
 use std::sync::atomic::AtomicU32;
 
+use cells::Shared;
+
 use crate::config::TrainConfig;
 use crate::error::Result;
 use crate::graph::triples::Triple;
@@ -50,10 +52,11 @@ pub struct Grads {
 }
 
 /// The rows a plan trains in place: per matrix the rows of this rank (or its node) as cells
-/// (a model with one matrix gets it twice), and the batch's `REMOTE` rows.
+/// of their storage type (a model with one matrix gets it twice), and the batch's `REMOTE`
+/// rows (f32 copies).
 pub struct Cells<'a> {
-    pub matrices: [&'a [AtomicU32]; 2],
-    pub remote: &'a [AtomicU32],
+    pub matrices: [Shared<'a>; 2],
+    pub remote: Shared<'a>,
     pub dim: usize,
 }
 
@@ -148,7 +151,7 @@ pub trait Plan: Send + 'static {
     /// returns each copied row's change (its delta) and the summed loss.
     fn train_copy(
         &self,
-        matrices: [&[AtomicU32]; 2],
+        matrices: [Shared; 2],
         rows: &[f32],
         dim: usize,
         lr: f32,
@@ -157,7 +160,7 @@ pub trait Plan: Send + 'static {
         let cells: Vec<AtomicU32> = rows.iter().map(|x| AtomicU32::new(x.to_bits())).collect();
         let view = Cells {
             matrices,
-            remote: &cells,
+            remote: Shared::F32(&cells),
             dim,
         };
         let loss = self.train(&view, lr);

@@ -3,9 +3,7 @@
 //! LINE first order is the same loss with u and v rows from one matrix.
 //! Scores are clamped to [-MAX_SCORE, MAX_SCORE] like word2vec's sigmoid table.
 
-use std::sync::atomic::AtomicU32;
-
-use super::cells::{add_to, load, prefetch, store};
+use super::cells::{add_to, load, prefetch, store, Shared};
 use super::{axpy, dot, sigmoid, softplus_neg, Cells, Grads, Model, Plan, Work};
 use crate::config::TrainConfig;
 use crate::error::Result;
@@ -325,9 +323,9 @@ pub const LOSS_SAMPLE: usize = 8;
 /// costs a tenth of the kernel); a NaN score anywhere makes it NaN.
 #[allow(clippy::too_many_arguments)]
 pub fn sgd_in_place(
-    centers: &[AtomicU32],
-    targets: &[AtomicU32],
-    remote: &[AtomicU32],
+    centers: Shared,
+    targets: Shared,
+    remote: Shared,
     dim: usize,
     pairs: &[[u32; 2]],
     negs: &[u32],
@@ -431,9 +429,9 @@ pub const LOSS_SAMPLE_GROUPS: usize = 128;
 /// score is NaN.
 #[allow(clippy::too_many_arguments)]
 pub fn sgd_segments(
-    centers: &[AtomicU32],
-    targets: &[AtomicU32],
-    remote: &[AtomicU32],
+    centers: Shared,
+    targets: Shared,
+    remote: Shared,
     dim: usize,
     rows: &SegmentRows,
     k: usize,
@@ -587,7 +585,7 @@ impl Block {
 
     /// The ring slot of input token `a`, copying its row in on first use.
     #[inline]
-    fn input<'r>(&mut self, a: usize, row: impl Fn(usize) -> &'r [AtomicU32]) -> usize {
+    fn input<'r>(&mut self, a: usize, row: impl Fn(usize) -> Shared<'r>) -> usize {
         let s = a % self.slot_token.len();
         if self.slot_token[s] != a {
             debug_assert_eq!(self.slot_token[s], usize::MAX, "ring slot still in use");
@@ -601,7 +599,7 @@ impl Block {
 
     /// Add input token `a`'s change to its shared row and free its slot (if it was copied in).
     #[inline]
-    fn evict<'r>(&mut self, a: usize, row: impl Fn(usize) -> &'r [AtomicU32]) {
+    fn evict<'r>(&mut self, a: usize, row: impl Fn(usize) -> Shared<'r>) {
         let s = a % self.slot_token.len();
         if self.slot_token[s] != a {
             return;
@@ -626,7 +624,7 @@ impl Block {
         nt: usize,
         lr: f32,
         with_loss: bool,
-        target: impl Fn(u32) -> &'r [AtomicU32],
+        target: impl Fn(u32) -> Shared<'r>,
     ) -> f64 {
         let d = self.dim;
         let (v, slots, u) = (&self.v, &self.slots[..m], &self.u[..nt * d]);
@@ -738,7 +736,7 @@ impl Block {
         target_feature = "fma"
     ))]
     #[inline(always)]
-    fn update_fused<'r>(&mut self, m: usize, nt: usize, target: impl Fn(u32) -> &'r [AtomicU32]) {
+    fn update_fused<'r>(&mut self, m: usize, nt: usize, target: impl Fn(u32) -> Shared<'r>) {
         let d = self.dim;
         let (tref, coef) = (&self.tref[..nt], &mut self.coef[..m * nt]);
         let mut repeat = [false; FUSED_TARGETS];
@@ -1135,13 +1133,13 @@ fn combine<const N: usize>(g: [f32; N], rows: [&[f32]; N], out: &mut [f32]) {
 /// of `centers` (for a pair's center or a block's input) or `targets`.
 #[inline(always)]
 fn shared_row<'a>(
-    centers: &'a [AtomicU32],
-    targets: &'a [AtomicU32],
-    remote: &'a [AtomicU32],
+    centers: Shared<'a>,
+    targets: Shared<'a>,
+    remote: Shared<'a>,
     dim: usize,
     center: bool,
     r: u32,
-) -> &'a [AtomicU32] {
+) -> Shared<'a> {
     let (m, r) = if r & REMOTE != 0 {
         (remote, (r & !REMOTE) as usize)
     } else if center {
@@ -1149,7 +1147,7 @@ fn shared_row<'a>(
     } else {
         (targets, r as usize)
     };
-    &m[r * dim..(r + 1) * dim]
+    m.row(r, dim)
 }
 
 #[cfg(test)]
@@ -1329,8 +1327,10 @@ mod batch_tests {
 #[cfg(test)]
 mod in_place_tests {
     use super::*;
+    use crate::config::Dtype;
     use rand::RngExt;
     use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::atomic::{AtomicU16, AtomicU32};
 
     fn cells(v: &[f32]) -> Vec<AtomicU32> {
         v.iter().map(|x| AtomicU32::new(x.to_bits())).collect()
@@ -1370,8 +1370,18 @@ mod in_place_tests {
             .num_threads(1)
             .build()
             .unwrap();
-        let loss =
-            pool.install(|| sgd_in_place(&centers, &targets, &remote, dim, &pairs, &negs, k, lr));
+        let loss = pool.install(|| {
+            sgd_in_place(
+                Shared::F32(&centers),
+                Shared::F32(&targets),
+                Shared::F32(&remote),
+                dim,
+                &pairs,
+                &negs,
+                k,
+                lr,
+            )
+        });
         assert!(loss.is_finite() && loss > 0.0, "{loss}");
 
         let (mut c, mut t, mut r) = (c0.clone(), t0.clone(), r0.clone());
@@ -1470,11 +1480,52 @@ mod in_place_tests {
         // two-pass path, targets in blocks of 6 and 1, inputs two at a time and one; k = 4 and
         // 5: the fused sweep (5 and 6 targets, AVX2/FMA builds), which sums repeated targets.
         for (dim, k) in [(16, 6), (13, 6), (16, 4), (16, 5)] {
-            check_segments(dim, k);
+            check_segments(dim, k, Dtype::F32);
         }
     }
 
-    fn check_segments(dim: usize, k: usize) {
+    #[test]
+    fn segments_on_16_bit_rows_follow_the_reference_within_their_rounding() {
+        // The same blocks with centers and targets stored as f16 or bf16 (remote copies stay
+        // f32): the kernels convert on every load and round on every store, so the rows
+        // follow the f32 reference within a few roundings of their type.
+        for dtype in [Dtype::F16, Dtype::Bf16] {
+            for (dim, k) in [(16, 6), (13, 6), (16, 4)] {
+                check_segments(dim, k, dtype);
+            }
+        }
+    }
+
+    /// Cells of `dtype` holding `v` (rounded to it), and their values back as f32.
+    fn typed(dtype: Dtype, v: &[f32]) -> (Vec<AtomicU32>, Vec<AtomicU16>) {
+        let wide = cells(v);
+        let narrow: Vec<AtomicU16> = v
+            .iter()
+            .map(|&x| {
+                AtomicU16::new(match dtype {
+                    Dtype::Bf16 => half::bf16::from_f32(x).to_bits(),
+                    _ => half::f16::from_f32(x).to_bits(),
+                })
+            })
+            .collect();
+        (wide, narrow)
+    }
+
+    fn view<'a>(dtype: Dtype, c: &'a (Vec<AtomicU32>, Vec<AtomicU16>)) -> Shared<'a> {
+        match dtype {
+            Dtype::F32 => Shared::F32(&c.0),
+            Dtype::F16 => Shared::F16(&c.1),
+            Dtype::Bf16 => Shared::Bf16(&c.1),
+        }
+    }
+
+    fn typed_values(s: Shared) -> Vec<f32> {
+        let mut out = vec![0f32; s.len()];
+        load(s, &mut out);
+        out
+    }
+
+    fn check_segments(dim: usize, k: usize, dtype: Dtype) {
         use crate::sample::walk::group_inputs;
         let (nrows, window, lr) = (40, 3u32, 0.05);
         let mut rng = crate::sample::rng_for(8, 0, 0);
@@ -1483,7 +1534,11 @@ mod in_place_tests {
                 .map(|_| rng.random_range(-0.5f32..0.5))
                 .collect()
         };
-        let (c0, t0, r0) = (init(nrows), init(nrows), init(8));
+        let (mut c0, mut t0, r0) = (init(nrows), init(nrows), init(8));
+        // The reference starts from the stored (rounded) values.
+        let (cs, ts) = (typed(dtype, &c0), typed(dtype, &t0));
+        c0 = typed_values(view(dtype, &cs));
+        t0 = typed_values(view(dtype, &ts));
         // Three segments; the second is led by 3 history tokens, the last is one token long
         // (no pairs). Input nodes are distinct within a segment; remote input rows are
         // REMOTE | 0..4, remote target rows REMOTE | 4..8.
@@ -1524,7 +1579,7 @@ mod in_place_tests {
                 _ => 20 + rng.random_range(0..15),
             })
             .collect();
-        let (centers, targets, remote) = (cells(&c0), cells(&t0), cells(&r0));
+        let (centers, targets, remote) = (view(dtype, &cs), view(dtype, &ts), cells(&r0));
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(1)
             .build()
@@ -1536,8 +1591,18 @@ mod in_place_tests {
             negs: &negs,
             first_group: &first_group,
         };
-        let loss =
-            pool.install(|| sgd_segments(&centers, &targets, &remote, dim, &rows, k, window, lr));
+        let loss = pool.install(|| {
+            sgd_segments(
+                centers,
+                targets,
+                Shared::F32(&remote),
+                dim,
+                &rows,
+                k,
+                window,
+                lr,
+            )
+        });
         assert!(loss.is_finite() && loss > 0.0, "{loss}");
 
         // Matrices: 0 centers, 1 targets, 2 remote.
@@ -1578,16 +1643,32 @@ mod in_place_tests {
             }
         }
         assert_eq!(g, groups);
+        // f16 keeps 11 significant bits, bf16 8: a few roundings of values below 1.
+        let tol = match dtype {
+            Dtype::F32 => 1e-5,
+            Dtype::F16 => 3e-3,
+            Dtype::Bf16 => 1.5e-2,
+        };
         for (got, want, name) in [
-            (values(&centers), &want[0], "centers"),
-            (values(&targets), &want[1], "targets"),
+            (typed_values(centers), &want[0], "centers"),
+            (typed_values(targets), &want[1], "targets"),
             (values(&remote), &want[2], "remote"),
         ] {
             for (i, (a, b)) in got.iter().zip(want).enumerate() {
-                assert!((a - b).abs() < 1e-5, "{name}[{i}]: {a} vs {b}");
+                assert!((a - b).abs() < tol, "{dtype:?} {name}[{i}]: {a} vs {b}");
             }
         }
-        assert_ne!(values(&centers), c0);
+        assert_ne!(typed_values(centers), c0);
+        // The updates are larger than the tolerance: a kernel that dropped them would fail.
+        let moved = c0
+            .iter()
+            .zip(&want[0])
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            moved > 4.0 * tol,
+            "{dtype:?}: largest update {moved}, tolerance {tol}"
+        );
     }
 
     #[test]
@@ -1609,7 +1690,16 @@ mod in_place_tests {
         let (centers, targets) = (cells(&c), cells(&t));
         // Pair 1 (not a loss-sampled pair) has the NaN center.
         let pairs = [[0u32, 1], [1, 2]];
-        let loss = sgd_in_place(&centers, &targets, &[], dim, &pairs, &[], 0, 0.1);
+        let loss = sgd_in_place(
+            Shared::F32(&centers),
+            Shared::F32(&targets),
+            Shared::F32(&[]),
+            dim,
+            &pairs,
+            &[],
+            0,
+            0.1,
+        );
         assert!(loss.is_nan(), "{loss}");
     }
 }

@@ -20,6 +20,8 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicU32;
+
+use crate::model::cells::Shared;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -154,7 +156,7 @@ impl RowCache {
         let (d, s) = (self.dim, slot as usize);
         adm.push_keys.push(self.key[s]);
         let base = &mut self.base[s * d..(s + 1) * d];
-        cells::load(&self.cells[s * d..(s + 1) * d], &mut self.row);
+        cells::load(Shared::F32(&self.cells[s * d..(s + 1) * d]), &mut self.row);
         adm.push_vals
             .extend(self.row.iter().zip(base.iter()).map(|(now, b)| now - b));
         base.copy_from_slice(&self.row);
@@ -301,7 +303,7 @@ impl RowCache {
     /// slot keeps what its batches added since its delta was taken (value += fresh - base).
     pub fn install(&mut self, slot: u32, fresh: &[f32], new: bool) {
         let (d, s) = (self.dim, slot as usize);
-        let cells = &self.cells[s * d..(s + 1) * d];
+        let cells = Shared::F32(&self.cells[s * d..(s + 1) * d]);
         let base = &mut self.base[s * d..(s + 1) * d];
         if new {
             cells::store(cells, fresh);

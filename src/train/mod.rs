@@ -2,8 +2,8 @@
 //! negatives, deduplicate the batch's rows, read local rows directly and fetch remote rows with
 //! one-sided gets grouped by owner, compute loss and gradients on the rayon pool, sum gradients
 //! per row, push them to their owners in one aggregated all-to-all, and apply the optimizer on
-//! the owner (`--update batched`). With `--update hogwild` (the default for sgd on f32 rows)
-//! the pool updates local rows in place pair by pair, remote rows in a fetched copy whose change
+//! the owner (`--update batched`). With `--update hogwild` (the default for sgd, on f32, f16 or bf16
+//! rows) the pool updates local rows in place pair by pair, remote rows in a fetched copy whose change
 //! is pushed, and the next batch is sampled meanwhile. See `docs/architecture.md` for the
 //! consistency contract.
 
@@ -25,6 +25,7 @@ use crate::config::{
 use crate::error::{Error, Result};
 use crate::graph::triples::{Triple, TripleFile};
 use crate::graph::{csr, LocalGraph, NodeId, Partitioner};
+use crate::model::cells::Shared;
 use crate::model::{self, cells, kge::Kge, sgns::Sgns, Cells, Plan, Work};
 use crate::sample::edges::EdgeSampler;
 use crate::sample::negatives::NegativePool;
@@ -1287,7 +1288,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             let (c, tg) = unsafe { (centers.cells(), targets.cells()) };
             let rows = Cells {
                 matrices: [c, tg],
-                remote: &remote,
+                remote: Shared::F32(&remote),
                 dim,
             };
             let loss = planned.train(&rows, lr);
@@ -1391,7 +1392,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                 // their windows while cells are in use; pool tasks update rows with relaxed
                 // atomic accesses, as these are.
                 let cells = unsafe { in_place[m].cells.cells() };
-                cells::load(&cells[at..at + dim], &mut row);
+                cells::load(cells.slice(at, dim), &mut row);
                 encode_row(wire, &row, &mut enc);
                 b.extend_from_slice(&enc);
             }
@@ -1441,7 +1442,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                 decode_row(wire, &r[4..], &mut row);
                 // SAFETY: as above.
                 let cells = unsafe { in_place[m].cells.cells() };
-                cells::add_to(&cells[o..o + dim], &row);
+                cells::add_to(cells.slice(o, dim), &row);
             }
             let reqs = u32_at(b, at);
             at += 4;
@@ -1673,7 +1674,6 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         if let Some(in_place) = &self.shared {
             // Hogwild: this node's rows were updated in place; received rows are deltas, added
             // as the pool adds (relaxed atomics: the node's other ranks may update them now).
-            use std::sync::atomic::Ordering::Relaxed;
             for (m, rows) in in_place.iter().enumerate() {
                 let first = rows.first_row[me].expect("a rank's own rows are in place") as usize;
                 // SAFETY: the shards outlive this call, and nothing takes `&mut` access to their
@@ -1682,10 +1682,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                 // relaxed atomic accesses, as theirs are.
                 let cells = unsafe { rows.cells.cells() };
                 for (&r, d) in theirs[m].0.iter().zip(theirs[m].1.chunks_exact(dim)) {
-                    let at = (first + r as usize) * dim;
-                    for (c, x) in cells[at..at + dim].iter().zip(d) {
-                        c.store((f32::from_bits(c.load(Relaxed)) + x).to_bits(), Relaxed);
-                    }
+                    cells::add_to(cells.row(first + r as usize, dim), d);
                 }
             }
             self.m.seconds.apply += t.secs();

@@ -20,6 +20,7 @@ use rand::RngExt;
 
 use super::{Trainer, VERTEX};
 use crate::config::{Sync, TrainConfig};
+use crate::model::cells::Shared;
 use crate::model::{self, Model, Plan, Work};
 use crate::sample::rng_for;
 use crate::spmd::fatal;
@@ -112,7 +113,8 @@ impl<M: Model> Trainer<'_, M> {
         self.pool.spawn(move || {
             let t = Timer::start();
             // Every reference is to the batch's copy: no row is updated in place.
-            let (deltas, loss) = planned.train_copy([&[], &[]], &rows, dim, lr);
+            let (deltas, loss) =
+                planned.train_copy([Shared::F32(&[]), Shared::F32(&[])], &rows, dim, lr);
             let secs = t.secs();
             done();
             // The receiver only disappears if the rank is already failing.
