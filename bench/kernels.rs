@@ -348,7 +348,7 @@ fn alias_draws(c: &mut Criterion) {
     let w: Vec<f64> = (1..=1_000_000)
         .map(|i| (f64::from(i)).powf(-0.75))
         .collect();
-    let t = AliasTable::new(&w).expect("weights");
+    let t = AliasTable::new(w.clone()).expect("weights");
     let mut rng = rng_for(2, 0, 0);
     let mut g = c.benchmark_group("alias");
     g.throughput(Throughput::Elements(1024));

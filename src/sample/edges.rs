@@ -61,10 +61,11 @@ impl EdgeSampler {
                 (a..b).map(move |j| f64::from(c[j] - if j == a { 0.0 } else { c[j - 1] }))
             })
             .collect();
-        let table = AliasTable::new(&weights);
+        let mass = weights.iter().sum();
+        let table = AliasTable::new(weights);
         EdgeSampler {
             buckets: bucket_index(&g.offsets),
-            mass: weights.iter().sum(),
+            mass,
             // No entry of positive weight: nothing to draw.
             entries: if table.is_some() { entries } else { 0 },
             table,

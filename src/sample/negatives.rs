@@ -29,7 +29,7 @@ impl NegativePool {
         let mass: f64 = w.iter().sum();
         let total = comm.all_reduce_f64(&[mass], crate::comm::ReduceOp::Sum)[0];
         NegativePool {
-            local: AliasTable::new(&w),
+            local: AliasTable::new(w),
             share: if total > 0.0 { mass / total } else { 0.0 },
             pool: Vec::new(),
             pool_size: pool_size.max(1),

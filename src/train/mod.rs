@@ -144,6 +144,9 @@ struct Pending {
 
 /// Collective: load the graph, allocate storage, train, write the output.
 pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
+    // What the process holds before it reads anything (libraries, MPI's buffers): the base of
+    // the printed memory estimate.
+    let process = crate::stats::peak_rss_bytes();
     // A walk or edge model given triples, or a knowledge-graph model given a plain graph; the
     // graph's node count otherwise.
     let num_nodes = crate::graph::h5::EdgeFile::open(&cfg.graph).and_then(|f| {
@@ -234,13 +237,26 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         counted,
     )?;
     let load_secs = t.secs();
-    let estimate = storage + g.bytes();
-    let max_est = comm.max_u64(estimate);
-    let max_rows = comm.max_u64(rows);
-    let max_csr = comm.max_u64(g.bytes());
+    let samplers = sampler_bytes(cfg, &g);
+    // The load's rounds come and go before the rows exist; the output's blocks after training.
+    let round =
+        LOAD_BYTES_PER_EDGE * csr::LOAD_CHUNK_EDGES.min(g.file_edges.div_ceil(comm.size() as u64));
+    let output = if cfg.output.is_some() {
+        2 * output::WRITE_BYTES as u64
+    } else {
+        0
+    };
+    let estimate = process + g.bytes() + round.max(storage + samplers + output);
+    let [max_est, max_rows, max_csr, max_samplers, max_process] = comm
+        .all_reduce_u64(
+            &[estimate, rows, g.bytes(), samplers, process],
+            ReduceOp::Max,
+        )
+        .try_into()
+        .expect("five maxima");
     if comm.rank() == 0 {
         eprintln!(
-            "graphscale: {} nodes, {} edges, {} ranks; memory per rank {} (storage: {} rows x {} dims x {} B x {} matrices + optimizer state; adjacency {})",
+            "graphscale: {} nodes, {} edges, {} ranks; memory per rank {} (storage: {} rows x {} dims x {} B x {} matrices + optimizer state; adjacency {}; samplers and step buffers {}; the process before loading {})",
             g.num_nodes(),
             g.file_edges,
             comm.size(),
@@ -249,7 +265,9 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
             cfg.dim,
             cfg.dtype.size(),
             cfg.matrices(),
-            human_bytes(max_csr)
+            human_bytes(max_csr),
+            human_bytes(max_samplers),
+            human_bytes(max_process),
         );
         if replica > 0 {
             eprintln!(
@@ -276,6 +294,46 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         run_model::<Sgns>(comm, cfg, &g, load_secs, estimate)
     }
 }
+
+/// Bytes a rank's samplers and step buffers hold at their largest, besides its rows and
+/// adjacency: the negative table over its nodes (8 bytes per node, 20 while it is built) and
+/// its pool; per node, the walk order and keep probability of the walk models (8 bytes); per
+/// 256 adjacency entries, LINE's source index (8 bytes), and per entry its alias table on a
+/// weighted graph (8 bytes, 20 while it is built); the batches in flight (`STEP_BYTES` per
+/// example).
+fn sampler_bytes(cfg: &TrainConfig, g: &LocalGraph) -> u64 {
+    use crate::sample::alias::AliasTable;
+    let (n, entries) = (g.num_local() as u64, g.local_entries());
+    let pool = 8 * (1u64 << 16).max(4 * cfg.batch_size as u64);
+    let steps = STEP_BYTES * cfg.batch_size as u64 * (IN_PLACE_DEPTH as u64 + 2);
+    let negatives = AliasTable::bytes(n) + pool;
+    // Built after the negative table: (while built, when built).
+    let (build, kept) = match cfg.model {
+        Model::Deepwalk | Model::Node2vec => (8 * n, 8 * n),
+        Model::Line => {
+            let index = 8 * (entries / 256 + 1);
+            if g.cum_weights.is_some() {
+                (index + 20 * entries, index + AliasTable::bytes(entries))
+            } else {
+                (index, index)
+            }
+        }
+        _ => (0, 0),
+    };
+    // The negative table's build, then the sampler's, then training.
+    (20 * n)
+        .max(negatives + build)
+        .max(negatives + kept + steps)
+}
+
+/// Bytes per edge of a load round at its largest (72-87 measured on R-MAT graphs of 2^16 to
+/// 2^20 nodes): the edges read (24 bytes) and the HDF5 arrays they come from (16), and the
+/// entries sent and received (8 to 16 each per side, in growing vectors).
+const LOAD_BYTES_PER_EDGE: u64 = 80;
+
+/// Bytes per example of a batch in flight (its sampled tokens or pairs, their row references
+/// and negatives, the plan's lists), about 60 for walks with 5 negatives.
+const STEP_BYTES: u64 = 64;
 
 /// Collective: train `M` on the loaded graph and write its output.
 fn run_model<M: model::Model>(
@@ -312,7 +370,13 @@ fn run_model<M: model::Model>(
     let mut tr = Trainer::<M>::new(comm, cfg, g)?;
     tr.prepare_checkpoints()?;
     tr.m.seconds.load = load_secs;
-    tr.m.memory_estimate_bytes = estimate;
+    // A knowledge graph's triples held in memory (this rank's share, the validation set and
+    // its filter).
+    let held = triples.as_ref().map_or(0, |(mine, valid)| {
+        mine.len() + valid.as_ref().map_or(0, |(v, k)| v.len() + k.len())
+    });
+    tr.m.memory_estimate_bytes =
+        estimate + (held * std::mem::size_of::<crate::graph::triples::Triple>()) as u64;
     tr.m.strategy = match cfg.strategy {
         Strategy::Sharded => "sharded".into(),
         Strategy::Replicated => format!("replicated-{:?}", cfg.sync).to_lowercase(),

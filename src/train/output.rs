@@ -16,8 +16,14 @@ use crate::graph::LocalGraph;
 use crate::spmd::agree;
 use crate::store::{decode_row, Shard};
 
-/// Rows written per hyperslab (bounds the conversion buffer).
-const WRITE_ROWS: usize = 1 << 18;
+/// Bytes of f32 rows written per hyperslab: bounds the conversion buffer (and HDF5's copy of a
+/// chunk, as large), 16 MiB together.
+pub const WRITE_BYTES: usize = 8 << 20;
+
+/// Rows per hyperslab (and per chunk of the dataset) at `dim`.
+fn write_rows_at(dim: usize) -> usize {
+    (WRITE_BYTES / (4 * dim.max(1))).max(1)
+}
 
 pub fn write_embeddings(
     comm: &Comm,
@@ -167,7 +173,7 @@ fn create(path: &Path, n: usize, dim: usize, cfg: &TrainConfig, ranks: usize) ->
     let f = hdf5::File::create(path).map_err(|e| Error::hdf5(path, "create output", e))?;
     let err = |what: &'static str| move |e| Error::hdf5(path, what, e);
     f.new_dataset::<f32>()
-        .chunk((WRITE_ROWS.min(n).max(1), dim))
+        .chunk((write_rows_at(dim).min(n).max(1), dim))
         .shape((n, dim))
         .create("embeddings")
         .map_err(err("create dataset embeddings"))?;
@@ -196,7 +202,7 @@ fn write_rows(path: &Path, g: &LocalGraph, shard: &Shard) -> Result<()> {
     shard.window.with_local(|bytes| -> Result<()> {
         let mut start = 0;
         while start < rows {
-            let end = (start + WRITE_ROWS).min(rows);
+            let end = (start + write_rows_at(dim)).min(rows);
             let mut a = Array2::<f32>::zeros((end - start, dim));
             for (i, mut row) in a.rows_mut().into_iter().enumerate() {
                 let r = start + i;
