@@ -177,10 +177,15 @@ pub struct ReorderCmd {
     /// The relabelled graph (with `original_ids`; training writes embeddings in original order)
     #[arg(short = 'o', long)]
     pub output: PathBuf,
-    /// Ranks that will train it with `--partition block` (one contiguous range of the new ids
-    /// each)
-    #[arg(long)]
+    /// Ranks that will train it: with `--by clusters`, under `--partition block` (one contiguous
+    /// range of the new ids each); with `--by degree` only for the printed edge cut
+    #[arg(long, default_value_t = 1)]
     pub parts: usize,
+    /// clusters: neighbourhoods in contiguous ranges, for fewer walker crossings between ranks
+    /// (train with --partition block); degree: hubs first, for cache locality of the rows
+    /// (train with the default --partition striped)
+    #[arg(long, value_enum, default_value_t = crate::graph::reorder::By::Clusters)]
+    pub by: crate::graph::reorder::By,
     /// Label-propagation rounds
     #[arg(long, default_value_t = 10)]
     pub rounds: usize,

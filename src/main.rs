@@ -260,16 +260,18 @@ fn generate_cmd(g: &GenerateCmd) -> Result<()> {
 }
 
 fn reorder_cmd(x: &graphscale::cli::ReorderCmd) -> Result<()> {
-    let r = graphscale::graph::reorder::reorder(&x.graph, &x.output, x.parts, x.rounds, x.seed)?;
+    let r =
+        graphscale::graph::reorder::reorder(&x.graph, &x.output, x.parts, x.rounds, x.seed, x.by)?;
     if x.json {
         println!("{}", serde_json::to_string(&r).expect("json"));
     } else {
         println!(
-            "reordered {} -> {}: {} nodes, {} edges, {} clusters in {:.1} s; edges between the {} ranks: \
-             {:.1}% before (striped), {:.1}% before (block), {:.1}% after (block), largest rank's degree \
-             sum {:.3}x the mean; train it with --partition block on {} ranks",
+            "reordered {} -> {} by {}: {} nodes, {} edges, {} clusters in {:.1} s; edges between the {} ranks: \
+             {:.1}% before (striped), {:.1}% before (block), {:.1}% after ({p}), largest rank's degree \
+             sum {:.3}x the mean; train it with --partition {p}",
             x.graph.display(),
             x.output.display(),
+            format!("{:?}", r.by).to_lowercase(),
             r.nodes,
             r.edges,
             r.clusters,
@@ -279,7 +281,7 @@ fn reorder_cmd(x: &graphscale::cli::ReorderCmd) -> Result<()> {
             100.0 * r.cut_block_before,
             100.0 * r.cut_block_after,
             r.volume_balance,
-            r.parts
+            p = r.by.partition(),
         );
     }
     Ok(())

@@ -10,6 +10,11 @@
 //! holds `original_ids` (the original id of each new id), and training writes its embeddings
 //! back in the original order: row i of the output is original node i.
 //!
+//! `--by degree` orders the nodes by degree instead, hubs first: on one rank (or with the
+//! default `--partition striped`, which deals the ids out so that every rank gets its share of
+//! hubs) the rows that walks and degree^0.75 negatives touch most share cache lines and pages,
+//! which matters once the rows no longer fit in cache.
+//!
 //! Serial and in memory (about 40 bytes per edge): for graphs one machine can hold.
 
 use std::path::Path;
@@ -20,10 +25,32 @@ use crate::error::{Error, Result};
 use crate::graph::h5::{EdgeFile, EdgeWriter};
 use crate::graph::{Edge, NodeId};
 
+/// How `reorder` orders the nodes (`--by`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum By {
+    /// Clusters of neighbours in contiguous ranges, one range per part (`--partition block`).
+    Clusters,
+    /// Descending degree, hubs first (`--partition striped`).
+    Degree,
+}
+
+impl By {
+    /// The partition the new ids are meant for.
+    pub fn partition(self) -> &'static str {
+        match self {
+            By::Clusters => "block",
+            By::Degree => "striped",
+        }
+    }
+}
+
 /// What a reorder did: the share of edges whose endpoints fall on different ranks, for the
-/// original ids under `striped` and `block` and for the new ids under `block`.
+/// original ids under `striped` and `block` and for the new ids under the partition they are
+/// meant for (`block` for clusters, `striped` for degree order; the field keeps its name).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Reordered {
+    pub by: By,
     pub nodes: u64,
     pub edges: u64,
     pub parts: usize,
@@ -47,6 +74,7 @@ pub fn reorder(
     parts: usize,
     rounds: usize,
     seed: u64,
+    by: By,
 ) -> Result<Reordered> {
     let t = std::time::Instant::now();
     if parts == 0 {
@@ -76,7 +104,10 @@ pub fn reorder(
         at = end;
     }
     let names = read_names(input)?;
-    let (order, clusters) = order_nodes(n as usize, &edges, parts, rounds, seed);
+    let (order, clusters) = match by {
+        By::Clusters => order_nodes(n as usize, &edges, parts, rounds, seed),
+        By::Degree => (by_degree(n as usize, &edges), 0),
+    };
     let mut new_id = vec![0u32; n as usize];
     for (new, &old) in order.iter().enumerate() {
         new_id[old as usize] = new as u32;
@@ -100,11 +131,15 @@ pub fn reorder(
     let p = parts as u64;
     let cut_striped_before = cut(&|v| (v % p) as usize, false);
     let cut_block_before = cut(&|v| block.owner(v), false);
-    let cut_block_after = cut(&|v| block.owner(v), true);
+    let after = |v: u64| match by {
+        By::Clusters => block.owner(v),
+        By::Degree => (v % p) as usize,
+    };
+    let cut_block_after = cut(&after, true);
     let mut vol = vec![0u64; parts];
     for e in edges.iter().filter(|e| e.src != e.dst) {
-        vol[block.owner(new_id[e.src as usize] as u64)] += 1;
-        vol[block.owner(new_id[e.dst as usize] as u64)] += 1;
+        vol[after(new_id[e.src as usize] as u64)] += 1;
+        vol[after(new_id[e.dst as usize] as u64)] += 1;
     }
     let mean = vol.iter().sum::<u64>() as f64 / parts as f64;
     let volume_balance = vol.iter().copied().max().unwrap_or(0) as f64 / mean.max(1.0);
@@ -127,6 +162,7 @@ pub fn reorder(
         .create("original_ids")
         .map_err(|e| Error::hdf5(output, "dataset original_ids", e))?;
     Ok(Reordered {
+        by,
         nodes: n,
         edges: edges.len() as u64,
         parts,
@@ -148,6 +184,18 @@ fn read_names(path: &Path) -> Result<Option<Vec<String>>> {
         .read_raw()
         .map_err(|e| Error::hdf5(path, "read node_names", e))?;
     Ok(Some(v.iter().map(|s| s.as_str().to_string()).collect()))
+}
+
+/// The nodes by descending degree (self-loops not counted), ties by id: position -> original id.
+fn by_degree(n: usize, edges: &[Edge]) -> Vec<u32> {
+    let mut deg = vec![0u32; n];
+    for e in edges.iter().filter(|e| e.src != e.dst) {
+        deg[e.src as usize] += 1;
+        deg[e.dst as usize] += 1;
+    }
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    order.sort_by_key(|&v| (std::cmp::Reverse(deg[v as usize]), v));
+    order
 }
 
 /// The new order of the nodes (position -> original id) and the number of clusters.
@@ -464,7 +512,7 @@ mod tests {
             weight: 1.0,
         });
         crate::graph::h5::write_edges(&a, &edges, n, false, false).unwrap();
-        let r = reorder(&a, &b, 2, 10, 1).unwrap();
+        let r = reorder(&a, &b, 2, 10, 1, By::Clusters).unwrap();
         assert!(r.cut_block_before > 0.49, "{r:?}");
         assert!(
             r.cut_block_after <= 1.0 / edges.len() as f64 + 1e-12,
@@ -484,6 +532,50 @@ mod tests {
             .map(|e| (ids[e.src as usize], ids[e.dst as usize]))
             .collect();
         let mut orig: Vec<(u64, u64)> = edges.iter().map(|e| (e.src, e.dst)).collect();
+        back.sort_unstable();
+        orig.sort_unstable();
+        assert_eq!(back, orig);
+    }
+
+    /// A star's hub and a path: by degree the hub becomes node 0, degrees never increase along
+    /// the new ids, and the edges are the same under the map.
+    #[test]
+    fn degree_order_puts_hubs_first() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = (d.path().join("a.h5"), d.path().join("b.h5"));
+        let n = 40u64;
+        let e = |src: u64, dst: u64| Edge {
+            src,
+            dst,
+            weight: 1.0,
+        };
+        // Hub 37 joined to 0..20, a path over 20..37, a self-loop that does not count.
+        let mut edges: Vec<Edge> = (0..20).map(|v| e(37, v)).collect();
+        edges.extend((20..36).map(|v| e(v, v + 1)));
+        edges.push(e(5, 5));
+        crate::graph::h5::write_edges(&a, &edges, n, false, false).unwrap();
+        let r = reorder(&a, &b, 2, 10, 1, By::Degree).unwrap();
+        assert_eq!((r.by, r.clusters), (By::Degree, 0));
+        let ids: Vec<u64> = hdf5::File::open(&b)
+            .unwrap()
+            .dataset("original_ids")
+            .unwrap()
+            .read_raw()
+            .unwrap();
+        assert_eq!(ids[0], 37, "the hub first");
+        let g = EdgeFile::open(&b).unwrap();
+        let new = g.read_edges(0, g.num_edges).unwrap();
+        let mut deg = vec![0u32; n as usize];
+        for x in new.iter().filter(|x| x.src != x.dst) {
+            deg[x.src as usize] += 1;
+            deg[x.dst as usize] += 1;
+        }
+        assert!(deg.windows(2).all(|w| w[0] >= w[1]), "{deg:?}");
+        let mut back: Vec<(u64, u64)> = new
+            .iter()
+            .map(|x| (ids[x.src as usize], ids[x.dst as usize]))
+            .collect();
+        let mut orig: Vec<(u64, u64)> = edges.iter().map(|x| (x.src, x.dst)).collect();
         back.sort_unstable();
         orig.sort_unstable();
         assert_eq!(back, orig);
