@@ -41,18 +41,13 @@ pub fn write_embeddings(
     };
     agree(comm, created)?;
     // A graph relabelled by `graphscale reorder`: rows go back to their original ids.
-    let ids = agree(comm, original_ids(&cfg.graph, g))?;
-    let rows = ids.map(|ids| to_original_order(comm, &cfg.graph, g, shard, &ids));
-    let rows = match rows {
-        Some(r) => Some(agree(comm, r)?),
-        None => None,
-    };
+    if let Some(ids) = agree(comm, original_ids(&cfg.graph, g))? {
+        let window = write_rows_at(dim);
+        return write_original_order(comm, path, &cfg.graph, g, shard, &ids, window);
+    }
     for r in 0..comm.size() {
         let res = if r == comm.rank() {
-            match &rows {
-                Some((first, a)) => write_block(path, *first, a),
-                None => write_rows(path, g, shard),
-            }
+            write_rows(path, g, shard)
         } else {
             Ok(())
         };
@@ -101,60 +96,99 @@ fn original_ids(graph: &Path, g: &LocalGraph) -> Result<Option<Vec<u64>>> {
     Ok(Some(ids))
 }
 
-/// Collective: send every row to the rank that writes its original id's range (ranks write
-/// equal contiguous ranges); returns this rank's first original id and its rows in order.
-fn to_original_order(
+/// Collective: write every row at its original id. Rank r writes original ids
+/// `r span..(r + 1) span` (`span` = nodes / ranks, rounded up) in windows of `window` rows
+/// (`write_rows_at(dim)`): in round k every rank sends the rows whose original ids fall in window k of each
+/// rank's range (its rows sorted by original id, so each is the next run of that list), and each
+/// rank writes its window once the ranks before it have written theirs. Memory stays at a
+/// window's rows per round, not a second copy of the shard.
+fn write_original_order(
     comm: &Comm,
+    path: &Path,
     graph: &Path,
     g: &LocalGraph,
     shard: &Shard,
     ids: &[u64],
-) -> Result<(usize, Array2<f32>)> {
+    window: usize,
+) -> Result<()> {
     let (n, ranks, dim) = (g.num_nodes() as usize, comm.size(), shard.dim);
     let span = n.div_ceil(ranks).max(1);
     let rb = shard.row_bytes();
-    let mut send = vec![Vec::new(); ranks];
-    let mut row = vec![0f32; dim];
-    shard.window.with_local(|bytes| {
-        for (r, &o) in ids.iter().enumerate() {
-            decode_row(shard.dtype, &bytes[r * rb..(r + 1) * rb], &mut row);
-            let b = &mut send[o as usize / span];
-            b.extend_from_slice(&o.to_le_bytes());
-            for x in &row {
-                b.extend_from_slice(&x.to_le_bytes());
-            }
-        }
-    });
+    // This rank's rows by original id, and per destination rank a cursor into that order.
+    let mut order: Vec<u32> = (0..ids.len() as u32).collect();
+    order.sort_unstable_by_key(|&r| ids[r as usize]);
+    let mut cursor: Vec<usize> = (0..ranks)
+        .map(|d| order.partition_point(|&r| (ids[r as usize] as usize) < d * span))
+        .collect();
     let first = (comm.rank() * span).min(n);
     let len = ((comm.rank() + 1) * span).min(n) - first;
-    let mut a = Array2::<f32>::zeros((len, dim));
-    let mut filled = vec![false; len];
-    for b in comm.all_to_all_v(send) {
-        for rec in b.chunks_exact(8 + 4 * dim) {
-            let o = u64::from_le_bytes(rec[..8].try_into().expect("8 bytes")) as usize;
-            let i = o - first;
-            if filled[i] {
-                return Err(Error::bad_input(
-                    graph,
-                    format!("'original_ids' holds {o} twice: it must be a permutation"),
-                ));
+    let mut row = vec![0f32; dim];
+    let rec = 8 + 4 * dim;
+    for k in 0..span.div_ceil(window) {
+        let mut send = vec![Vec::new(); ranks];
+        shard.window.with_local(|bytes| {
+            for (d, b) in send.iter_mut().enumerate() {
+                let end = (d * span + (k + 1) * window).min((d + 1) * span);
+                while let Some(&r) = order.get(cursor[d]) {
+                    let o = ids[r as usize];
+                    if o as usize >= end {
+                        break;
+                    }
+                    let r = r as usize;
+                    decode_row(shard.dtype, &bytes[r * rb..(r + 1) * rb], &mut row);
+                    b.extend_from_slice(&o.to_le_bytes());
+                    for x in &row {
+                        b.extend_from_slice(&x.to_le_bytes());
+                    }
+                    cursor[d] += 1;
+                }
             }
-            filled[i] = true;
-            for (x, c) in a.row_mut(i).iter_mut().zip(rec[8..].chunks_exact(4)) {
-                *x = f32::from_le_bytes(c.try_into().expect("4 bytes"));
+        });
+        // This rank's window k: original ids `lo..lo + rows`.
+        let lo = first + (k * window).min(len);
+        let rows = (first + ((k + 1) * window).min(len)) - lo;
+        let mut a = Array2::<f32>::zeros((rows, dim));
+        let mut filled = vec![false; rows];
+        let mut res = Ok(());
+        for b in comm.all_to_all_v(send) {
+            for x in b.chunks_exact(rec) {
+                let o = u64::from_le_bytes(x[..8].try_into().expect("8 bytes")) as usize;
+                let i = o - lo;
+                if filled[i] {
+                    res = Err(Error::bad_input(
+                        graph,
+                        format!("'original_ids' holds {o} twice: it must be a permutation"),
+                    ));
+                    continue;
+                }
+                filled[i] = true;
+                for (y, c) in a.row_mut(i).iter_mut().zip(x[8..].chunks_exact(4)) {
+                    *y = f32::from_le_bytes(c.try_into().expect("4 bytes"));
+                }
             }
         }
+        if let (Ok(()), Some(i)) = (&res, filled.iter().position(|f| !f)) {
+            res = Err(Error::bad_input(
+                graph,
+                format!("'original_ids' lacks {}: it must be a permutation", lo + i),
+            ));
+        }
+        for r in 0..ranks {
+            let done = if r == comm.rank() {
+                std::mem::replace(&mut res, Ok(())).and_then(|()| {
+                    if rows > 0 {
+                        write_block(path, lo, &a)
+                    } else {
+                        Ok(())
+                    }
+                })
+            } else {
+                Ok(())
+            };
+            agree(comm, done)?;
+        }
     }
-    if let Some(i) = filled.iter().position(|f| !f) {
-        return Err(Error::bad_input(
-            graph,
-            format!(
-                "'original_ids' lacks {}: it must be a permutation",
-                first + i
-            ),
-        ));
-    }
-    Ok((first, a))
+    Ok(())
 }
 
 fn write_block(path: &Path, first: usize, a: &Array2<f32>) -> Result<()> {
@@ -273,4 +307,49 @@ pub fn read_embeddings_stripe(
         ));
     }
     Ok((rows, dim, data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::local;
+    use crate::config::{Dtype, Optimizer};
+    use crate::graph::partition::{Partitioner, Scheme};
+
+    /// Three ranks, windows of 5 rows (7 rounds): every row lands at its original id.
+    #[test]
+    fn rows_go_back_to_their_original_ids_in_rounds() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("e.h5");
+        let (n, dim) = (101u64, 3);
+        // New id v was original id (7 v + 3) mod n (a permutation: 7 and 101 are coprime).
+        let original = |v: u64| (7 * v + 3) % n;
+        hdf5::File::create(&path)
+            .unwrap()
+            .new_dataset::<f32>()
+            .shape((n as usize, dim))
+            .create("embeddings")
+            .unwrap();
+        local::run(3, std::time::Duration::from_secs(30), |c| {
+            let part = Partitioner::new(Scheme::Striped, n, c.size());
+            let g = LocalGraph::from_entries(c.rank(), part.clone(), &[], 0, false, false);
+            let rows = part.num_local(c.rank());
+            let mut shard = Shard::new(&c, rows, dim, Dtype::F32, Optimizer::Sgd, false);
+            let global = |r: usize| part.global(c.rank(), r);
+            shard.init(|r, out| {
+                for (j, x) in out.iter_mut().enumerate() {
+                    *x = (global(r) * 10 + j as u64) as f32;
+                }
+            });
+            let ids: Vec<u64> = (0..rows).map(|r| original(global(r))).collect();
+            write_original_order(&c, &path, &path, &g, &shard, &ids, 5).unwrap();
+        });
+        let (rows, got_dim, data) = read_embeddings(&path).unwrap();
+        assert_eq!((rows, got_dim), (n as usize, dim));
+        for v in 0..n {
+            let o = original(v) as usize;
+            let want: Vec<f32> = (0..dim).map(|j| (v * 10 + j as u64) as f32).collect();
+            assert_eq!(&data[o * dim..(o + 1) * dim], &want[..], "node {v} at {o}");
+        }
+    }
 }
