@@ -217,7 +217,7 @@ pub struct Shard {
 }
 
 /// The rows a rank's pool updates in place (HOGWILD): its own, and with a node-shared window
-/// those of every rank on its node, as one array of f32 cells.
+/// those of every rank on its node, as one array of cells of their storage type.
 #[derive(Clone)]
 pub struct InPlaceRows {
     pub cells: SharedRows,
