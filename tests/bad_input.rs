@@ -339,6 +339,30 @@ fn bad_configs_are_refused_on_every_rank_before_training() {
         o.stderr
     );
     assert!(!o.stderr.contains("pairs/s"), "{}", o.stderr);
+    // Rows and adjacency that fit (a few hundred KiB), a whole estimate that does not (the
+    // process alone holds more than 4 MiB): refused after the load, before training.
+    let o = mpirun(
+        2,
+        90,
+        &[
+            "--graph",
+            s(&rm),
+            "--dim",
+            "8",
+            "--max-memory",
+            "4M",
+            "--comm-timeout",
+            "20",
+        ],
+    );
+    assert_eq!(o.code, 1, "{}", o.all());
+    assert!(
+        o.stderr.contains("the memory estimate")
+            && o.stderr.contains("exceeds --max-memory 4.0 MiB"),
+        "{}",
+        o.stderr
+    );
+    assert!(!o.stderr.contains("pairs/s"), "{}", o.stderr);
     let cfg = p(d.path(), "run.toml");
     std::fs::write(&cfg, "[training]\nlearning_rat = 0.1\n").unwrap();
     let o = run(30, &["--config", s(&cfg), "--graph", s(&g)]);

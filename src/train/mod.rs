@@ -254,6 +254,18 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         )
         .try_into()
         .expect("five maxima");
+    // The storage and the adjacency were checked before they were allocated; the rest (the
+    // samplers, buffers and the process itself) is known now. Every rank sees the same maximum.
+    if let Some(limit) = cfg.max_memory.filter(|&l| max_est > l) {
+        return Err(Error::config(format!(
+            "the memory estimate {} per rank (besides the storage: adjacency {}, samplers and step buffers {}, the process before loading {}) exceeds --max-memory {}; use more ranks or nodes, or a smaller --dim or --dtype f16",
+            human_bytes(max_est),
+            human_bytes(max_csr),
+            human_bytes(max_samplers),
+            human_bytes(max_process),
+            human_bytes(limit)
+        )));
+    }
     if comm.rank() == 0 {
         eprintln!(
             "graphscale: {} nodes, {} edges, {} ranks; memory per rank {} (storage: {} rows x {} dims x {} B x {} matrices + optimizer state; adjacency {}; samplers and step buffers {}; the process before loading {})",
