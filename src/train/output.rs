@@ -1,7 +1,8 @@
 //! Embeddings out: `embeddings` (num_nodes x dim, f32, row i = node i) in HDF5, with the effective
 //! config and provenance as attributes. Rank 0 creates the file; then each rank in turn writes
-//! its own rows as one (strided, for the striped partition) hyperslab, in bounded chunks. No rank
-//! ever gathers the matrix.
+//! contiguous rows in bounded blocks: its own rows under the block partition (or alone), and
+//! under the striped partition (or a relabelled graph) a contiguous range of ids whose rows the
+//! ranks exchange window by window. No rank ever gathers the matrix.
 
 use std::path::Path;
 
@@ -44,6 +45,15 @@ pub fn write_embeddings(
     if let Some(ids) = agree(comm, original_ids(&cfg.graph, g))? {
         let window = write_rows_at(dim);
         return write_original_order(comm, path, &cfg.graph, g, shard, &ids, window);
+    }
+    // Striped rows across ranks: each rank's rows are every p-th of every chunk, so strided
+    // writes would rewrite every chunk p times (R-MAT 2^20, d 64: 6.4 s at 2 ranks, 8.3 s at 4,
+    // against 0.9 s at 1). The ranks exchange rows instead and each writes contiguous windows.
+    if comm.size() > 1 && g.part.scheme() == Scheme::Striped {
+        let ids: Vec<u64> = (0..g.num_local())
+            .map(|i| g.part.global(g.rank, i))
+            .collect();
+        return write_original_order(comm, path, &cfg.graph, g, shard, &ids, write_rows_at(dim));
     }
     for r in 0..comm.size() {
         let res = if r == comm.rank() {
@@ -319,11 +329,21 @@ mod tests {
     /// Three ranks, windows of 5 rows (7 rounds): every row lands at its original id.
     #[test]
     fn rows_go_back_to_their_original_ids_in_rounds() {
+        // New id v was original id (7 v + 3) mod n (a permutation: 7 and 101 are coprime).
+        rows_land_at(|v| (7 * v + 3) % 101);
+    }
+
+    /// The striped partition's rows written as contiguous windows (what `write_embeddings`
+    /// does across ranks): row i is node i.
+    #[test]
+    fn striped_rows_are_written_in_contiguous_windows() {
+        rows_land_at(|v| v);
+    }
+
+    fn rows_land_at(original: impl Fn(u64) -> u64 + Sync) {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join("e.h5");
         let (n, dim) = (101u64, 3);
-        // New id v was original id (7 v + 3) mod n (a permutation: 7 and 101 are coprime).
-        let original = |v: u64| (7 * v + 3) % n;
         hdf5::File::create(&path)
             .unwrap()
             .new_dataset::<f32>()
