@@ -114,6 +114,9 @@ pub struct PlanCmd {
     pub edges: f64,
     #[arg(long)]
     pub directed: bool,
+    /// Edges carry weights (4 more bytes per adjacency entry; LINE's alias table)
+    #[arg(long)]
+    pub weighted: bool,
     #[arg(long, default_value_t = 128)]
     pub dim: usize,
     #[arg(long, value_enum, default_value = "f32")]
@@ -139,6 +142,11 @@ pub struct PlanCmd {
     /// Compute threads per rank
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// Cores of one node the job may use (default: a core per compute thread and one for each
+    /// rank's main thread). Fractions model simulated nodes that share a machine: 4 simulated
+    /// nodes on 2 cores are 0.5 cores per node
+    #[arg(long)]
+    pub cores_per_node: Option<f64>,
     /// Memory of one node (e.g. 700G): plans that need more are refused, saying by how much
     #[arg(long)]
     pub mem_per_node: Option<String>,

@@ -535,6 +535,7 @@ fn plan_cmd(x: &PlanCmd, g: &graphscale::cli::Global) -> Result<()> {
         nodes: x.nodes,
         edges: x.edges,
         directed: x.directed,
+        weighted: x.weighted,
         dim: x.dim,
         dtype_bytes: x.dtype.size(),
         optimizer: x.optimizer,
@@ -548,6 +549,9 @@ fn plan_cmd(x: &PlanCmd, g: &graphscale::cli::Global) -> Result<()> {
         ranks: g.ranks,
         ranks_per_node: g.ranks_per_node().unwrap_or(1),
         threads: x.threads,
+        cores_per_node: x.cores_per_node.unwrap_or_else(|| {
+            (g.ranks_per_node().unwrap_or(1).min(g.ranks) * (x.threads + 1)) as f64
+        }),
         mem_per_node: x
             .mem_per_node
             .as_deref()

@@ -1,14 +1,27 @@
 //! `graphscale plan`: what a job needs before it is submitted. Memory per rank and per node for
 //! graphscale's sharded strategy and the data-parallel baseline (`--strategy replicated`), the
-//! bytes a step and an epoch move, and the time per epoch from a model: an alpha-beta network
-//! (per-message latency, per-node bandwidth shared by the node's ranks) and compute, sampling
-//! and traffic rates per pair, either defaults measured on R-MAT 2^20 (docs/scaling.md) or
-//! fitted from measured runs (`--calibrate METRICS.jsonl`, repeatable: a sharded and a
-//! replicated run fit both strategies' traffic).
+//! bytes a step and an epoch move, and the time per epoch from a model, with rates per pair
+//! either measured on R-MAT 2^20 (the defaults, docs/scaling.md) or fitted from measured runs
+//! (`--calibrate METRICS.jsonl`, repeatable).
 //!
-//! The sharded strategy overlaps its one all-to-all per step with the pool's compute (a step
-//! costs the larger of the two plus the main thread's sampling); the replicated strategy's sync
-//! follows its step's compute (a step costs their sum), as synchronous data parallelism does.
+//! Memory is the estimate `graphscale train` prints and enforces (`train::rank_estimate`, the
+//! same functions): the process, the adjacency, and the larger of a load round and training's
+//! storage, row cache, samplers and step buffers.
+//!
+//! Traffic of the sharded strategy follows its row cache: a rank reads each remote row it
+//! touches once, then re-reads a copy when its clock (`--cache-refresh`, by default 32 / nodes)
+//! runs out, so re-reads are a share of the remote rows' uses that grows with the node count;
+//! every read moves the row and (almost always) a delta, and walkers cross with their waiting
+//! tokens. The replicated strategy all-gathers the rows each batch touched.
+//!
+//! Time: the pool's compute and the main thread's work (sampling, planning, the cache's
+//! bookkeeping and the exchange; gathers and applies when replicated), in CPU seconds per pair
+//! and per byte sent, on the cores a rank has (`--cores-per-node` / ranks per node; by default
+//! one per compute thread plus one for the main thread), and an alpha-beta network (per-message
+//! latency, per-node bandwidth shared by the node's ranks). The sharded strategy overlaps its
+//! main thread and its one all-to-all per step with the pool's compute; the replicated
+//! strategy's main thread (its gathers and applies) and sync follow its step's compute, as
+//! synchronous data parallelism does.
 
 use serde::Serialize;
 
@@ -16,12 +29,18 @@ use crate::config::{default_cache_refresh, Model, Optimizer};
 use crate::error::{Error, Result};
 use crate::stats::{human_bytes, RankMetrics};
 
+/// What the process holds before it reads anything (libraries, MPI's buffers): measured 19-21
+/// MiB for one rank on the project machine (the printed estimate's "process before loading").
+pub const PROCESS_BYTES: f64 = 20.0 * 1024.0 * 1024.0;
+
 /// What the planner is told (flags of `graphscale plan`).
 #[derive(Clone, Debug)]
 pub struct Job {
     pub nodes: f64,
     pub edges: f64,
     pub directed: bool,
+    /// Edge weights (LINE's alias table; 4 more bytes per adjacency entry).
+    pub weighted: bool,
     pub dim: usize,
     /// Bytes per stored value (f32 4, f16/bf16 2).
     pub dtype_bytes: usize,
@@ -36,6 +55,9 @@ pub struct Job {
     pub ranks: usize,
     pub ranks_per_node: usize,
     pub threads: usize,
+    /// Cores of one node the job's ranks share (fractions allowed: simulated nodes on one
+    /// machine share its cores).
+    pub cores_per_node: f64,
     pub mem_per_node: Option<f64>,
     /// Wire bytes per value of the sharded strategy's rows and deltas.
     pub wire_bytes: usize,
@@ -46,14 +68,36 @@ pub struct Job {
 /// Per-pair costs of a run: measured defaults or fitted from metrics.
 #[derive(Clone, Debug, Serialize)]
 pub struct Rates {
-    /// Pairs per second of one compute thread (the pool's busy time), at `dim_at`.
+    /// Pairs per CPU second of the pool (compute threads), at `dim_at`.
     pub pairs_per_thread_second: f64,
     pub dim_at: usize,
-    /// Main-thread seconds of sampling per pair.
-    pub sample_seconds_per_pair: f64,
-    /// Sharded: rows (row-equivalents of `dim` values) moved per trained pair, per unit of the
-    /// remote fraction (nodes - 1) / nodes.
-    pub sharded_rows_per_pair: f64,
+    /// Main-thread CPU seconds per pair on one node (sampling, planning, launching batches).
+    pub main_seconds_per_pair: f64,
+    /// Sharded, across nodes: main-thread CPU seconds per byte the rank sends (the cache's
+    /// bookkeeping, encoding and installing rows, walkers, the exchange itself); measured on
+    /// R-MAT 2^20 as 4.5-4.6 ns per byte at both 2 and 4 simulated nodes.
+    pub main_seconds_per_byte: f64,
+    /// Replicated: main-thread CPU seconds per pair on one rank (its gradient fold and apply
+    /// included), and per byte it sends across ranks (gathered rows it applies).
+    pub replicated_main_seconds_per_pair: f64,
+    pub replicated_main_seconds_per_byte: f64,
+    /// Sharded: uses of remote rows (distinct rows of a batch) per pair, per unit of the remote
+    /// fraction.
+    pub uses_per_pair: f64,
+    /// Sharded: the share of the remote rows a rank reads at least once.
+    pub touched: f64,
+    /// Sharded: re-reads per use times the cache's clock.
+    pub refresh_share: f64,
+    /// Sharded: deltas pushed per row read.
+    pub pushes_per_read: f64,
+    /// Walks, sharded: walker crossings per pair, per unit of the remote fraction, and the
+    /// bytes a crossing sends (the walker and its waiting tokens).
+    pub crossings_per_pair: f64,
+    pub bytes_per_crossing: f64,
+    /// Sharded: bytes a rank sends per step besides rows, deltas and walkers (the negative
+    /// pool's refresh, counts); fitted from runs without walkers (LINE), in a walk run's bytes
+    /// per crossing otherwise.
+    pub step_bytes: f64,
     /// Replicated, sparse: distinct rows a rank's batch touches per pair.
     pub replicated_rows_per_pair: f64,
     /// Skip-gram pairs per walk token (walks x length; after subsampling and dead ends).
@@ -62,30 +106,40 @@ pub struct Rates {
 }
 
 impl Rates {
-    /// Measured with `bench/run_benchmarks.sh scaling` on R-MAT 2^20 (d 64, DeepWalk 1 x 20,
-    /// 1 rank x 2 threads and 4 simulated nodes): see docs/scaling.md.
+    /// Fitted to `bench/run_benchmarks.sh scaling` on R-MAT 2^20 (d 64, DeepWalk 1 x 20, f16
+    /// on the wire; both strategies at 1 rank x 2 threads and at 2 simulated nodes, 2026-12-01):
+    /// see docs/scaling.md.
     pub fn defaults() -> Rates {
         Rates {
-            pairs_per_thread_second: 5.0e6,
+            pairs_per_thread_second: 7.8e6,
             dim_at: 64,
-            sample_seconds_per_pair: 2.5e-9,
-            sharded_rows_per_pair: 1.0,
-            replicated_rows_per_pair: 0.8,
-            pairs_per_token: 5.7,
+            main_seconds_per_pair: 3.3e-8,
+            main_seconds_per_byte: 4.5e-9,
+            replicated_main_seconds_per_pair: 1.9e-7,
+            replicated_main_seconds_per_byte: 1.7e-9,
+            uses_per_pair: 0.73,
+            touched: 0.55,
+            refresh_share: 4.8,
+            pushes_per_read: 1.0,
+            crossings_per_pair: 0.108,
+            bytes_per_crossing: 157.0,
+            step_bytes: 0.0,
+            replicated_rows_per_pair: 0.75,
+            pairs_per_token: 5.4,
             source: "defaults (R-MAT 2^20, docs/scaling.md)".into(),
         }
     }
 
-    /// Fit the rates to a measured run (one `--metrics` file): compute rate from the pool's busy
-    /// seconds, sampling from the main thread's, traffic per pair from the bytes each strategy
-    /// moved. Rates a run cannot show (the other strategy's traffic, or any traffic at one
-    /// node) keep their defaults.
-    /// Several runs (`--calibrate` repeated): compute, sampling and pairs per token from the
-    /// first, the traffic of each strategy from a run of that strategy.
+    /// Fit the rates to measured runs (`--metrics` files), each file giving what it can show:
+    /// a run on one node the pool's rate, the main thread's cost per pair and pairs per token;
+    /// a sharded run across nodes the cache's traffic, the crossings and the main thread's cost
+    /// per byte sent; a replicated run on one rank its main thread's cost per pair, across
+    /// ranks its rows per pair and cost per byte. Give the one-node runs first: the costs per
+    /// byte are counted above their rates per pair. Rates no file shows keep their defaults.
     pub fn calibrate(paths: &[std::path::PathBuf]) -> Result<Rates> {
         let mut r = Rates::defaults();
-        for (i, path) in paths.iter().enumerate() {
-            r = r.fit(path, i == 0)?;
+        for path in paths {
+            r = r.fit(path)?;
         }
         r.source = format!(
             "calibrated from {}",
@@ -98,49 +152,89 @@ impl Rates {
         Ok(r)
     }
 
-    fn fit(mut self, path: &std::path::Path, first: bool) -> Result<Rates> {
+    fn fit(mut self, path: &std::path::Path) -> Result<Rates> {
         let runs = crate::report::load(&[path.to_path_buf()])?;
         let ms: &[RankMetrics] = &runs[0].ranks;
         let m0 = &ms[0];
-        if m0.threads == 0 || m0.dim == 0 || m0.wire_bytes == 0 {
+        if m0.threads == 0
+            || m0.dim == 0
+            || m0.wire_bytes == 0
+            || m0.cpu_seconds_process_train <= 0.0
+        {
             return Err(Error::config(format!(
-                "{}: metrics without threads, dim and wire bytes, written by an older graphscale: run the job again with this version's --metrics to calibrate from it",
+                "{}: metrics without threads, dim, wire bytes and training's CPU seconds, written by an older graphscale: run the job again with this version's --metrics to calibrate from it",
                 path.display()
             )));
         }
         let r = &mut self;
-        let pairs: f64 = ms.iter().map(|m| m.pairs as f64).sum();
-        let tokens: f64 = ms.iter().map(|m| m.walk_tokens_nominal as f64).sum();
+        let sum = |f: &dyn Fn(&RankMetrics) -> f64| ms.iter().map(f).sum::<f64>();
+        let pairs = sum(&|m| m.pairs as f64);
         if pairs <= 0.0 {
             return Err(Error::config(format!(
                 "{}: the run trained no pairs",
                 path.display()
             )));
         }
-        if first {
-            let threads = m0.threads.max(1) as f64;
-            let busy: f64 = ms.iter().map(|m| m.seconds.compute).sum::<f64>() * threads;
-            r.pairs_per_thread_second = pairs / busy.max(1e-9);
+        let main = sum(&|m| m.cpu_seconds_main_train) / pairs;
+        let nodes = m0.nodes.max(1) as f64;
+        let p = m0.ranks.max(1) as f64;
+        let sharded = m0.strategy == "sharded";
+        if nodes <= 1.0 {
+            let pool = sum(&|m| m.cpu_seconds_process_train - m.cpu_seconds_main_train);
+            r.pairs_per_thread_second = pairs / pool.max(1e-9);
             r.dim_at = m0.dim.max(1);
-            r.sample_seconds_per_pair = ms.iter().map(|m| m.seconds.sample).sum::<f64>() / pairs;
+            if sharded {
+                r.main_seconds_per_pair = main;
+            } else if p <= 1.0 {
+                r.replicated_main_seconds_per_pair = main;
+            }
+            let tokens = sum(&|m| m.walk_tokens_nominal as f64);
             if m0.model != "line" && tokens > 0.0 {
                 r.pairs_per_token = pairs / tokens;
             }
         }
-        let nodes = m0.nodes.max(1) as f64;
-        let moved: f64 = ms
-            .iter()
-            .map(|m| (m.comm_bytes_sent + m.one_sided_bytes) as f64)
-            .sum();
-        let p = m0.ranks as f64;
-        if m0.strategy == "sharded" && nodes > 1.0 {
-            let row = (m0.dim * m0.wire_bytes.max(1)) as f64;
-            r.sharded_rows_per_pair = moved / pairs / row / ((nodes - 1.0) / nodes);
+        if sharded && nodes > 1.0 {
+            let remote = (nodes - 1.0) / nodes;
+            let sent = sum(&|m| (m.comm_bytes_sent + m.one_sided_bytes) as f64);
+            r.main_seconds_per_byte =
+                ((main - r.main_seconds_per_pair) * pairs / sent.max(1.0)).max(0.0);
+            let get = |f: &dyn Fn(&RankMetrics) -> u64| sum(&|m| f(m) as f64);
+            let (hits, misses, refreshes) = (
+                get(&|m| m.cache_hits),
+                get(&|m| m.cache_misses),
+                get(&|m| m.cache_refreshes),
+            );
+            let uses = hits + misses + refreshes;
+            if uses > 0.0 {
+                let wb = (m0.dim * m0.wire_bytes) as f64;
+                let remote_rows = m0.graph_rows as f64 * remote;
+                r.uses_per_pair = uses / (pairs * remote);
+                // First reads per rank over the rows a rank does not hold.
+                r.touched = (misses / p / remote_rows.max(1.0)).min(1.0);
+                r.refresh_share =
+                    refreshes / (uses - misses).max(1.0) * m0.cache_refresh.max(1) as f64;
+                let reads = misses + refreshes;
+                r.pushes_per_read = get(&|m| m.push_bytes_sent) / (4.0 + wb) / reads.max(1.0);
+                let crossings = get(&|m| m.walker_crossings);
+                r.crossings_per_pair = crossings / (pairs * remote);
+                let sent = get(&|m| m.comm_bytes_sent + m.one_sided_bytes);
+                let rows = reads * (4.0 + wb) + get(&|m| m.push_bytes_sent);
+                if crossings > 0.0 {
+                    r.bytes_per_crossing = ((sent - rows) / crossings).max(0.0);
+                    r.step_bytes = 0.0;
+                } else {
+                    let steps = sum(&|m| m.steps as f64);
+                    r.step_bytes = ((sent - rows) / steps.max(1.0)).max(0.0);
+                }
+            }
         }
         if m0.strategy == "replicated-sparse" && p > 1.0 {
             let rec = (8 + 4 * m0.dim) as f64;
-            let sent: f64 = ms.iter().map(|m| m.push_bytes_sent as f64).sum();
+            let sent = sum(&|m| m.push_bytes_sent as f64);
             r.replicated_rows_per_pair = sent / pairs / rec / (p - 1.0);
+            let all = sum(&|m| (m.comm_bytes_sent + m.one_sided_bytes) as f64);
+            r.replicated_main_seconds_per_byte =
+                ((main - r.replicated_main_seconds_per_pair) * pairs / all.max(1.0)).max(0.0);
         }
         Ok(self)
     }
@@ -150,26 +244,56 @@ impl Rates {
 #[derive(Clone, Debug, Serialize)]
 pub struct Plan {
     pub strategy: String,
-    /// Per rank, bytes: embeddings, optimizer state, adjacency, remote-row cache (or, replicated,
-    /// the dense gradient matrices), step buffers.
+    /// Per rank, bytes: embeddings (replicated: the local shard and the replica of every row),
+    /// optimizer state, adjacency, remote-row cache (or, replicated dense, the gradient
+    /// matrices), samplers and step buffers, and the process itself.
     pub embeddings: f64,
     pub optimizer: f64,
     pub adjacency: f64,
     pub cache: f64,
     pub buffers: f64,
+    pub process: f64,
     pub per_rank: f64,
     pub per_node: f64,
     pub bytes_per_step_per_rank: f64,
     pub bytes_per_epoch: f64,
     pub steps_per_epoch: f64,
+    /// Per rank and epoch: CPU seconds of the pool and of the main thread, and seconds on the
+    /// network.
     pub compute_seconds_per_epoch: f64,
+    pub main_seconds_per_epoch: f64,
     pub communication_seconds_per_epoch: f64,
     pub seconds_per_epoch: f64,
     pub fits: bool,
 }
 
+/// The sharded strategy's bytes sent per rank and epoch at `rates`, for `pairs` pairs in `steps`
+/// steps per rank with `remote` of their rows on other nodes, `remote_rows` rows on other
+/// nodes, a cache clock of `clock` and rows of `wb` wire bytes.
+pub fn sharded_bytes(
+    rates: &Rates,
+    [pairs, steps]: [f64; 2],
+    remote: f64,
+    remote_rows: f64,
+    clock: f64,
+    wb: f64,
+) -> f64 {
+    if remote <= 0.0 {
+        return 0.0;
+    }
+    let uses = rates.uses_per_pair * pairs * remote;
+    let first = (rates.touched * remote_rows).min(uses);
+    let again = (rates.refresh_share / clock.max(1.0)).min(1.0) * (uses - first);
+    let reads = first + again;
+    // A read: its request (4 bytes) and the row; a push: the delta and its row's head.
+    reads * (4.0 + wb) * (1.0 + rates.pushes_per_read)
+        + rates.crossings_per_pair * pairs * remote * rates.bytes_per_crossing
+        + rates.step_bytes * steps
+}
+
 /// Both strategies' plans for `job` at `rates`.
 pub fn plan(job: &Job, rates: &Rates) -> Result<(f64, Vec<Plan>)> {
+    use crate::train::{rank_estimate, sampler_bytes};
     check(job)?;
     let (n, d, p) = (job.nodes, job.dim as f64, job.ranks as f64);
     let machines = (p / job.ranks_per_node as f64).ceil();
@@ -180,26 +304,45 @@ pub fn plan(job: &Job, rates: &Rates) -> Result<(f64, Vec<Plan>)> {
     };
     let state = job.optimizer.state_per_row(job.dim) as f64 * 4.0;
     let rows = (n / p).ceil();
-    let entries = job.edges * if job.directed { 1.0 } else { 2.0 };
-    // CSR: u64 targets and offsets; walks on several ranks per node map a node-shared copy.
-    let walks = job.model != Model::Line;
-    let copies = if walks && job.ranks_per_node > 1 {
-        2.0
-    } else {
-        1.0
+    let entries = (job.edges * if job.directed { 1.0 } else { 2.0 } / p).ceil();
+    // The CSR: offsets, targets in 4 bytes when ids fit, prefix sums of weights; walks on
+    // several ranks per node map it in node-shared windows (no second copy).
+    let target = if n <= u32::MAX as f64 { 4.0 } else { 8.0 };
+    let weights = if job.weighted { 4.0 } else { 0.0 };
+    let adjacency = (rows + 1.0) * 8.0 + entries * (target + weights);
+    let samplers = sampler_bytes(
+        job.model,
+        job.batch_size as u64,
+        rows as u64,
+        entries as u64,
+        job.weighted,
+    ) as f64;
+    let edges_per_rank = (job.edges / p).ceil() as u64;
+    let estimate = |storage: f64| -> f64 {
+        rank_estimate(
+            PROCESS_BYTES as u64,
+            adjacency as u64,
+            edges_per_rank,
+            storage as u64,
+            samplers as u64,
+            true,
+        ) as f64
     };
-    let adjacency = (entries / p * 8.0 + (rows + 1.0) * 8.0) * copies;
     let pairs = match job.model {
         Model::Line => job.line_samples * job.edges,
         _ => n * job.walks_per_node * job.walk_length * rates.pairs_per_token,
     };
     let steps = (pairs / job.batch_size).ceil().max(1.0);
+    let pairs_rank = pairs / p;
     let per_rank_step = job.batch_size / p;
-    // The negative pool (u64 ids) and a step's plan, rows of remote pairs and walkers.
-    let buffers = (65536f64).max(4.0 * job.batch_size) * 8.0 + per_rank_step * 96.0;
-    let compute_rate = rates.pairs_per_thread_second * rates.dim_at as f64 / d;
-    let compute = pairs / (compute_rate * job.threads as f64 * p);
-    let sample = pairs / p * rates.sample_seconds_per_pair;
+    // CPU seconds per rank and epoch, and the cores they run on.
+    let compute = pairs_rank / (rates.pairs_per_thread_second * rates.dim_at as f64 / d);
+    let cores = (job.cores_per_node / job.ranks_per_node as f64).max(1e-3);
+    let pool = (job.threads as f64).min(cores);
+    let busy = |main: f64| (compute / pool).max((compute + main) / cores);
+    // The replicated step does not overlap: the pool computes, then the main thread gathers and
+    // applies.
+    let serial = |main: f64| (compute / pool + main).max((compute + main) / cores);
     let per_node_share = job.ranks_per_node.min(job.ranks) as f64;
     let net = |bytes_per_rank_step: f64| -> f64 {
         if machines <= 1.0 {
@@ -213,53 +356,66 @@ pub fn plan(job: &Job, rates: &Rates) -> Result<(f64, Vec<Plan>)> {
 
     // Sharded.
     let remote = (machines - 1.0) / machines;
-    let row = d * job.wire_bytes as f64;
-    let sharded_bytes = per_rank_step * rates.sharded_rows_per_pair * row * remote;
+    let wb = d * job.wire_bytes as f64;
+    let clock = default_cache_refresh(machines as u64) as f64;
+    let bytes_rank = sharded_bytes(
+        rates,
+        [pairs_rank, steps],
+        remote,
+        n * matrices * remote,
+        clock,
+        wb,
+    );
     let cache = if machines > 1.0 {
         rows * matrices * d * 8.0
     } else {
         0.0
     };
-    let comm = net(sharded_bytes);
+    let comm = net(bytes_rank / steps);
+    let main = pairs_rank * rates.main_seconds_per_pair + bytes_rank * rates.main_seconds_per_byte;
     let emb = rows * d * job.dtype_bytes as f64 * matrices;
     let opt = rows * state * matrices;
     out.push(finish(
         job,
         "sharded",
-        [emb, opt, adjacency, cache, buffers],
-        sharded_bytes,
+        [emb, opt, adjacency, cache, samplers],
+        estimate(emb + opt + cache),
+        bytes_rank / steps,
         steps,
-        compute,
-        comm,
-        compute.max(comm) + sample,
+        [compute, main, comm],
+        busy(main).max(main + comm),
     ));
 
-    // Replicated: every rank every row in f32, optimizer state for every row.
-    let emb = n * d * 4.0 * matrices;
-    let opt = n * state * matrices;
+    // Replicated: every rank holds a f32 copy of every row besides its shard; the sync follows
+    // the step.
+    let replica = n * d * 4.0 * matrices;
     let sparse = per_rank_step * rates.replicated_rows_per_pair * (8.0 + 4.0 * d) * (p - 1.0);
     let comm = net(sparse);
+    let main = pairs_rank * rates.replicated_main_seconds_per_pair
+        + sparse * steps * rates.replicated_main_seconds_per_byte;
     out.push(finish(
         job,
         "replicated-sparse",
-        [emb, opt, adjacency, 0.0, buffers],
+        [emb + replica, opt, adjacency, 0.0, samplers],
+        estimate(emb + replica + opt),
         sparse,
         steps,
-        compute,
-        comm,
-        compute + comm + sample,
+        [compute, main, comm],
+        serial(main) + comm,
     ));
     let dense = 2.0 * (p - 1.0) / p * n * d * 4.0 * matrices;
     let comm = net(dense);
+    let main = pairs_rank * rates.replicated_main_seconds_per_pair
+        + dense * steps * rates.replicated_main_seconds_per_byte;
     out.push(finish(
         job,
         "replicated-dense",
-        [emb, opt, adjacency, emb, buffers],
+        [emb + replica, opt, adjacency, replica, samplers],
+        estimate(emb + 2.0 * replica + opt),
         dense,
         steps,
-        compute,
-        comm,
-        compute + comm + sample,
+        [compute, main, comm],
+        serial(main) + comm,
     ));
     Ok((pairs, out))
 }
@@ -269,13 +425,12 @@ fn finish(
     job: &Job,
     strategy: &str,
     [embeddings, optimizer, adjacency, cache, buffers]: [f64; 5],
+    per_rank: f64,
     bytes_per_step: f64,
     steps: f64,
-    compute: f64,
-    comm: f64,
+    [compute, main, comm]: [f64; 3],
     seconds: f64,
 ) -> Plan {
-    let per_rank = embeddings + optimizer + adjacency + cache + buffers;
     let per_node = per_rank * job.ranks_per_node.min(job.ranks) as f64;
     Plan {
         strategy: strategy.into(),
@@ -284,12 +439,14 @@ fn finish(
         adjacency,
         cache,
         buffers,
+        process: PROCESS_BYTES,
         per_rank,
         per_node,
         bytes_per_step_per_rank: bytes_per_step,
         bytes_per_epoch: bytes_per_step * steps * job.ranks as f64,
         steps_per_epoch: steps,
         compute_seconds_per_epoch: compute,
+        main_seconds_per_epoch: main,
         communication_seconds_per_epoch: comm,
         seconds_per_epoch: seconds,
         fits: job.mem_per_node.map_or(true, |m| per_node <= m),
@@ -340,8 +497,28 @@ pub fn render(job: &Job, rates: &Rates, pairs: f64, plans: &[Plan]) -> String {
     );
     let _ = writeln!(
         o,
-        "rates: {:.2e} pairs/s per thread at dim {}, {:.2} pairs per token, {:.2} rows moved per pair (sharded), {:.2} rows per pair (replicated); {}",
-        rates.pairs_per_thread_second, rates.dim_at, rates.pairs_per_token, rates.sharded_rows_per_pair, rates.replicated_rows_per_pair, rates.source
+        "rates: {:.2e} pairs per pool CPU second at dim {}, {:.2} pairs per token; main thread {:.0} ns per pair and {:.1} ns per byte sent (replicated: {:.0} ns, {:.1} ns); sharded cache: {:.2} remote row uses per pair, {:.2} of remote rows read, re-reads {:.2} / clock of uses; {:.3} walker crossings per pair, {:.0} B each; {:.2} rows per pair (replicated); {}",
+        rates.pairs_per_thread_second,
+        rates.dim_at,
+        rates.pairs_per_token,
+        rates.main_seconds_per_pair * 1e9,
+        rates.main_seconds_per_byte * 1e9,
+        rates.replicated_main_seconds_per_pair * 1e9,
+        rates.replicated_main_seconds_per_byte * 1e9,
+        rates.uses_per_pair,
+        rates.touched,
+        rates.refresh_share,
+        rates.crossings_per_pair,
+        rates.bytes_per_crossing,
+        rates.replicated_rows_per_pair,
+        rates.source
+    );
+    let _ = writeln!(
+        o,
+        "cores: {} per node ({:.2} per rank for {} compute threads and the main thread)",
+        job.cores_per_node,
+        job.cores_per_node / job.ranks_per_node as f64,
+        job.threads
     );
     let _ = writeln!(
         o,
@@ -357,7 +534,7 @@ pub fn render(job: &Job, rates: &Rates, pairs: f64, plans: &[Plan]) -> String {
         "optimizer",
         "adjacency",
         "cache/grad",
-        "buffers",
+        "samplers",
         "per rank",
         "per node",
         "bytes/step",
@@ -428,6 +605,7 @@ mod tests {
             nodes: 1e6,
             edges: 1e7,
             directed: false,
+            weighted: false,
             dim: 64,
             dtype_bytes: 4,
             optimizer: Optimizer::Sgd,
@@ -441,6 +619,7 @@ mod tests {
             ranks: 4,
             ranks_per_node: 1,
             threads: 1,
+            cores_per_node: 2.0,
             mem_per_node: None,
             wire_bytes: 2,
             latency: 2e-6,
@@ -452,17 +631,37 @@ mod tests {
     fn memory_follows_the_layout() {
         let (pairs, p) = plan(&job(), &Rates::defaults()).unwrap();
         let rows = 250_000.0;
-        // Rows of two f32 matrices; u64 adjacency entries (both directions) and offsets.
+        // Rows of two f32 matrices; 4-byte adjacency entries (both directions) and offsets.
         assert_eq!(p[0].embeddings, rows * 64.0 * 4.0 * 2.0);
-        assert_eq!(p[0].adjacency, 2e7 / 4.0 * 8.0 + (rows + 1.0) * 8.0);
+        assert_eq!(p[0].adjacency, 2e7 / 4.0 * 4.0 + (rows + 1.0) * 8.0);
         assert_eq!(p[0].cache, rows * 2.0 * 64.0 * 8.0);
-        // Every rank holds every row when replicated; dense adds gradient matrices as large.
-        assert_eq!(p[1].embeddings, 1e6 * 64.0 * 4.0 * 2.0);
-        assert_eq!(p[2].cache, p[2].embeddings);
+        // Per rank: the process, the adjacency, and the larger of a load round (80 bytes per
+        // edge of the rank's share, at most 2^20 edges) and training's storage, samplers and
+        // output blocks (two of 8 MiB).
+        let train = p[0].embeddings + p[0].cache + p[0].buffers + 16.0 * 1024.0 * 1024.0;
+        let round = 80.0 * (1u64 << 20) as f64;
+        assert_eq!(
+            p[0].per_rank,
+            PROCESS_BYTES + p[0].adjacency + train.max(round),
+            "{:?}",
+            p[0]
+        );
+        // Samplers of a walk model: the negative table's build (20 B per node) at least.
+        assert!(p[0].buffers >= 20.0 * rows, "{}", p[0].buffers);
+        // Every rank holds every row when replicated (besides its shard); dense adds gradient
+        // matrices as large.
+        assert_eq!(p[1].embeddings, p[0].embeddings + 1e6 * 64.0 * 4.0 * 2.0);
+        assert_eq!(p[2].cache, 1e6 * 64.0 * 4.0 * 2.0);
         assert!((pairs - 1e6 * 20.0 * Rates::defaults().pairs_per_token).abs() < 1.0);
         // A ring all-reduce: 2 (p - 1) / p of the matrices per rank and step.
         assert_eq!(p[2].bytes_per_step_per_rank, 1.5 * 1e6 * 64.0 * 4.0 * 2.0);
         assert!(p.iter().all(|x| x.fits));
+        // Ids beyond 32 bits take 8-byte adjacency entries.
+        let mut j = job();
+        j.nodes = 8e9;
+        j.ranks = 4000;
+        let (_, p) = plan(&j, &Rates::defaults()).unwrap();
+        assert_eq!(p[0].adjacency, 2e7 / 4000.0 * 8.0 + (2e6 + 1.0) * 8.0);
     }
 
     #[test]
@@ -483,13 +682,121 @@ mod tests {
     fn one_node_moves_nothing_and_more_nodes_cost_time() {
         let mut j = job();
         j.ranks_per_node = 4;
+        j.cores_per_node = 8.0;
         let (_, one) = plan(&j, &Rates::defaults()).unwrap();
         assert_eq!(one[0].communication_seconds_per_epoch, 0.0);
+        assert_eq!(one[0].bytes_per_epoch, 0.0);
         j.ranks_per_node = 1;
+        j.cores_per_node = 2.0;
         let (_, four) = plan(&j, &Rates::defaults()).unwrap();
         assert!(four[0].communication_seconds_per_epoch > 0.0);
         // The sync follows compute in the replicated strategy: never faster than sharded here.
         assert!(four[1].seconds_per_epoch > four[0].seconds_per_epoch);
+        // The cache's clock shortens with more nodes: bytes grow faster than the remote
+        // fraction (3/4 against 1/2 of the rows, at half the pairs per rank: 0.75x at most
+        // without re-reads).
+        j.ranks = 2;
+        let (_, two) = plan(&j, &Rates::defaults()).unwrap();
+        let per_rank = |p: &Plan| p.bytes_per_epoch / p.steps_per_epoch;
+        assert!(per_rank(&four[0]) / 4.0 > 0.75 * per_rank(&two[0]) / 2.0);
+    }
+
+    #[test]
+    fn fewer_cores_take_longer_and_the_main_thread_counts() {
+        let mut j = job();
+        let (_, own) = plan(&j, &Rates::defaults()).unwrap();
+        // Half a core per rank (4 simulated nodes on 2 cores): compute and the main thread
+        // share it.
+        j.cores_per_node = 0.5;
+        let (_, shared) = plan(&j, &Rates::defaults()).unwrap();
+        let s = &shared[0];
+        assert!(
+            (s.seconds_per_epoch
+                - ((s.compute_seconds_per_epoch + s.main_seconds_per_epoch) / 0.5)
+                    .max(s.main_seconds_per_epoch + s.communication_seconds_per_epoch))
+            .abs()
+                < 1e-9,
+            "{s:?}"
+        );
+        assert!(
+            s.seconds_per_epoch > 2.0 * own[0].seconds_per_epoch,
+            "{s:?} {:?}",
+            own[0]
+        );
+    }
+
+    /// Metrics of a sharded run across 2 nodes (2 ranks, one each).
+    fn measured() -> Vec<RankMetrics> {
+        (0..2)
+            .map(|rank| RankMetrics {
+                rank,
+                strategy: "sharded".into(),
+                ranks: 2,
+                nodes: 2,
+                model: "deepwalk".into(),
+                threads: 1,
+                dim: 64,
+                wire_bytes: 2,
+                graph_rows: 2 << 20,
+                pairs: 50_000_000,
+                steps: 9000,
+                cpu_seconds_main_train: 8.0,
+                cpu_seconds_process_train: 15.0,
+                cache_refresh: 16,
+                cache_hits: 14_000_000,
+                cache_misses: 600_000,
+                cache_refreshes: 6_000_000,
+                push_bytes_sent: 6_000_000 * 132,
+                walker_crossings: 3_000_000,
+                comm_bytes_sent: 2_300_000_000,
+                ..RankMetrics::default()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn calibrated_traffic_reproduces_the_run_it_was_fitted_to() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("m.jsonl");
+        let text: Vec<String> = measured()
+            .iter()
+            .map(|m| serde_json::to_string(m).unwrap())
+            .collect();
+        std::fs::write(&path, text.join("\n")).unwrap();
+        let r = Rates::calibrate(&[path]).unwrap();
+        assert!(r.source.contains("m.jsonl"));
+        // Main-thread seconds per byte sent across nodes, above the default one-node rate per
+        // pair.
+        let want = (8.0 - 5e7 * Rates::defaults().main_seconds_per_pair) / 2.3e9;
+        assert!((r.main_seconds_per_byte / want - 1.0).abs() < 1e-9, "{r:?}");
+        let bytes = sharded_bytes(&r, [5e7, 9000.0], 0.5, (2 << 20) as f64 * 0.5, 16.0, 128.0);
+        assert!((bytes / 2.3e9 - 1.0).abs() < 1e-9, "{bytes}");
+        // Twice the nodes: a clock of 8 re-reads twice the share of uses.
+        let four = sharded_bytes(
+            &r,
+            [2.5e7, 9000.0],
+            0.75,
+            (2 << 20) as f64 * 0.75,
+            8.0,
+            128.0,
+        );
+        assert!(four > 2.3e9 * 0.75, "{four}");
+        // A file of an older graphscale (no training CPU seconds) is refused, naming it.
+        let mut old = measured();
+        for m in &mut old {
+            m.cpu_seconds_process_train = 0.0;
+        }
+        let path = d.path().join("old.jsonl");
+        let text: Vec<String> = old
+            .iter()
+            .map(|m| serde_json::to_string(m).unwrap())
+            .collect();
+        std::fs::write(&path, text.join("\n")).unwrap();
+        let e = Rates::calibrate(&[path]).unwrap_err().to_string();
+        assert!(
+            e.contains("old.jsonl") && e.contains("older graphscale"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -49,6 +49,9 @@ pub struct RankMetrics {
     /// without neighbours has fewer tokens).
     #[serde(default)]
     pub walk_tokens_nominal: u64,
+    /// Rows of the sharded matrices over the whole job (nodes x matrices).
+    #[serde(default)]
+    pub graph_rows: u64,
     pub seconds: Phases,
     pub steps: u64,
     pub pairs: u64,
@@ -72,6 +75,12 @@ pub struct RankMetrics {
     pub cpu_seconds_main: f64,
     #[serde(default)]
     pub cpu_seconds_process: f64,
+    /// The same, of training alone (from its first step to its last; `graphscale plan
+    /// --calibrate` fits the main thread's and the pool's costs per pair from them).
+    #[serde(default)]
+    pub cpu_seconds_main_train: f64,
+    #[serde(default)]
+    pub cpu_seconds_process_train: f64,
     /// Bytes this rank read one-sidedly from other ranks (`MPI_Get`), which `comm_bytes_sent`
     /// (what it sent in collectives) does not hold; their sum is what it moved.
     #[serde(default)]

@@ -1,6 +1,7 @@
 //! The memory estimate printed at start (and written as `memory_estimate_bytes`) holds against
 //! the peak RSS the run then measures (issue 18): within 15% at three sizes, for the walk and
 //! edge models. One rank, so that no page of another rank's node-shared window is counted.
+//! `graphscale plan`, told the same graph's sizes, predicts the same estimate (issue 16).
 
 mod common;
 
@@ -69,5 +70,29 @@ fn the_printed_estimate_is_within_15_percent_of_peak_rss_at_three_sizes() {
             "scale {scale} {extra:?}: estimate {est} against peak RSS {peak}: {ratio:.3}"
         );
         eprintln!("scale {scale}: estimate / peak RSS {ratio:.3}");
+        // The planner, given the graph's sizes and the run's settings, predicts the same memory
+        // per rank (its process base is a measured constant, the run's is read at start).
+        let info = run(60, &["info", "--graph", s(&g)]);
+        assert_eq!(info.code, 0, "{}", info.all());
+        let edges = info
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("edges (file)"))
+            .and_then(|l| l.split_whitespace().nth(2))
+            .expect("edges line")
+            .to_string();
+        let nodes = (1u64 << scale).to_string();
+        let mut a = vec![
+            "plan", "--nodes", &nodes, "--edges", &edges, "--ranks", "1", "--json",
+        ];
+        a.extend_from_slice(extra);
+        let o = run(60, &a);
+        assert_eq!(o.code, 0, "{}", o.all());
+        let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("plan json");
+        let planned = v["plans"][0]["per_rank"].as_f64().expect("per_rank");
+        assert!(
+            (planned / est - 1.0).abs() < 0.1,
+            "scale {scale} {extra:?}: plan {planned} against the run's estimate {est}"
+        );
     }
 }

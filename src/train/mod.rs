@@ -237,16 +237,21 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         counted,
     )?;
     let load_secs = t.secs();
-    let samplers = sampler_bytes(cfg, &g);
-    // The load's rounds come and go before the rows exist; the output's blocks after training.
-    let round =
-        LOAD_BYTES_PER_EDGE * csr::LOAD_CHUNK_EDGES.min(g.file_edges.div_ceil(comm.size() as u64));
-    let output = if cfg.output.is_some() {
-        2 * output::WRITE_BYTES as u64
-    } else {
-        0
-    };
-    let estimate = process + g.bytes() + round.max(storage + samplers + output);
+    let samplers = sampler_bytes(
+        cfg.model,
+        cfg.batch_size as u64,
+        g.num_local() as u64,
+        g.local_entries(),
+        g.cum_weights.is_some(),
+    );
+    let estimate = rank_estimate(
+        process,
+        g.bytes(),
+        g.file_edges.div_ceil(comm.size() as u64),
+        storage,
+        samplers,
+        cfg.output.is_some(),
+    );
     let [max_est, max_rows, max_csr, max_samplers, max_process] = comm
         .all_reduce_u64(
             &[estimate, rows, g.bytes(), samplers, process],
@@ -307,24 +312,53 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     }
 }
 
+/// A rank's memory estimate (the printed one, `memory_estimate_bytes` and `graphscale plan`'s):
+/// the process before loading, the adjacency, and the larger of a load round (its share of the
+/// file's edges, in rounds of at most `LOAD_CHUNK_EDGES`) and training's needs: the storage
+/// (rows, optimizer state, the row cache, replicas), the samplers and step buffers, and the
+/// output's blocks. The load's rounds come and go before the rows exist; the output's blocks
+/// after training.
+pub fn rank_estimate(
+    process: u64,
+    adjacency: u64,
+    edges_per_rank: u64,
+    storage: u64,
+    samplers: u64,
+    output: bool,
+) -> u64 {
+    let round = LOAD_BYTES_PER_EDGE * csr::LOAD_CHUNK_EDGES.min(edges_per_rank);
+    let output = if output {
+        2 * output::WRITE_BYTES as u64
+    } else {
+        0
+    };
+    process + adjacency + round.max(storage + samplers + output)
+}
+
 /// Bytes a rank's samplers and step buffers hold at their largest, besides its rows and
-/// adjacency: the negative table over its nodes (8 bytes per node, 20 while it is built) and
-/// its pool; per node, the walk order and keep probability of the walk models (8 bytes); per
-/// 256 adjacency entries, LINE's source index (8 bytes), and per entry its alias table on a
-/// weighted graph (8 bytes, 20 while it is built); the batches in flight (`STEP_BYTES` per
-/// example).
-fn sampler_bytes(cfg: &TrainConfig, g: &LocalGraph) -> u64 {
+/// adjacency, for `nodes` local nodes and `entries` local adjacency entries: the negative table
+/// over its nodes (8 bytes per node, 20 while it is built) and its pool; per node, the walk
+/// order and keep probability of the walk models (8 bytes); per 256 adjacency entries, LINE's
+/// source index (8 bytes), and per entry its alias table on a weighted graph (8 bytes, 20 while
+/// it is built); the batches in flight (`STEP_BYTES` per example).
+pub fn sampler_bytes(
+    model: Model,
+    batch_size: u64,
+    nodes: u64,
+    entries: u64,
+    weighted: bool,
+) -> u64 {
     use crate::sample::alias::AliasTable;
-    let (n, entries) = (g.num_local() as u64, g.local_entries());
-    let pool = 8 * (1u64 << 16).max(4 * cfg.batch_size as u64);
-    let steps = STEP_BYTES * cfg.batch_size as u64 * (IN_PLACE_DEPTH as u64 + 2);
+    let n = nodes;
+    let pool = 8 * (1u64 << 16).max(4 * batch_size);
+    let steps = STEP_BYTES * batch_size * (IN_PLACE_DEPTH as u64 + 2);
     let negatives = AliasTable::bytes(n) + pool;
     // Built after the negative table: (while built, when built).
-    let (build, kept) = match cfg.model {
+    let (build, kept) = match model {
         Model::Deepwalk | Model::Node2vec => (8 * n, 8 * n),
         Model::Line => {
             let index = 8 * (entries / 256 + 1);
-            if g.cum_weights.is_some() {
+            if weighted {
                 (index + 20 * entries, index + AliasTable::bytes(entries))
             } else {
                 (index, index)
@@ -398,7 +432,9 @@ fn run_model<M: model::Model>(
         .round() as u64;
     tr.m.model = format!("{:?}", cfg.model).to_lowercase();
     (tr.m.threads, tr.m.dim, tr.m.wire_bytes) = (cfg.threads, cfg.dim, cfg.wire_dtype.size());
+    tr.m.graph_rows = g.num_nodes() * cfg.matrices() as u64;
     let t = Timer::start();
+    let cpu = crate::stats::cpu_seconds();
     match (cfg.model, triples) {
         (_, Some((mut t, valid))) => tr.train_triples(&mut t, valid.as_ref()),
         (Model::Deepwalk | Model::Node2vec, None) => tr.train_walks(),
@@ -416,6 +452,8 @@ fn run_model<M: model::Model>(
     ];
     tr.m.timeline.push(end);
     (tr.m.cpu_seconds_main, tr.m.cpu_seconds_process) = crate::stats::cpu_seconds();
+    tr.m.cpu_seconds_main_train = tr.m.cpu_seconds_main - cpu.0;
+    tr.m.cpu_seconds_process_train = tr.m.cpu_seconds_process - cpu.1;
     if let Some(out) = &cfg.output {
         let t = Timer::start();
         output::write_embeddings(comm, out, g, &tr.shards[VERTEX], cfg)?;
