@@ -185,6 +185,8 @@ if [[ "$what" == scaling ]]; then
   done
   # Every run whose metrics are in $WORK (ONLY=REGEX re-runs some and keeps the others).
   python3 bench/scaling_summary.py "$WORK" "$OUT/scaling.json"
+  # The planner calibrated from the 1- and 2-node runs against every run (docs/scaling.md).
+  python3 bench/plan_check.py "$WORK" "$BIN" > "$OUT/plan_check.md" || echo "plan_check failed"
   files=("$WORK"/s_cost_*.jsonl)
   if (( ${#files[@]} )); then
     for m in dw line; do
