@@ -131,15 +131,17 @@ impl Rates {
     }
 
     /// Fit the rates to measured runs (`--metrics` files), each file giving what it can show:
-    /// a run on one node the pool's rate, the main thread's cost per pair and pairs per token;
+    /// a run on one node the main thread's cost per pair (and the first such run the pool's
+    /// rate and pairs per token);
     /// a sharded run across nodes the cache's traffic, the crossings and the main thread's cost
     /// per byte sent; a replicated run on one rank its main thread's cost per pair, across
     /// ranks its rows per pair and cost per byte. Give the one-node runs first: the costs per
     /// byte are counted above their rates per pair. Rates no file shows keep their defaults.
     pub fn calibrate(paths: &[std::path::PathBuf]) -> Result<Rates> {
         let mut r = Rates::defaults();
+        let mut pool_fitted = false;
         for path in paths {
-            r = r.fit(path)?;
+            r = r.fit(path, &mut pool_fitted)?;
         }
         r.source = format!(
             "calibrated from {}",
@@ -152,7 +154,7 @@ impl Rates {
         Ok(r)
     }
 
-    fn fit(mut self, path: &std::path::Path) -> Result<Rates> {
+    fn fit(mut self, path: &std::path::Path, pool_fitted: &mut bool) -> Result<Rates> {
         let runs = crate::report::load(&[path.to_path_buf()])?;
         let ms: &[RankMetrics] = &runs[0].ranks;
         let m0 = &ms[0];
@@ -180,17 +182,20 @@ impl Rates {
         let p = m0.ranks.max(1) as f64;
         let sharded = m0.strategy == "sharded";
         if nodes <= 1.0 {
-            let pool = sum(&|m| m.cpu_seconds_process_train - m.cpu_seconds_main_train);
-            r.pairs_per_thread_second = pairs / pool.max(1e-9);
-            r.dim_at = m0.dim.max(1);
+            // The pool's rate and pairs per token from the first run on one node.
+            if !std::mem::replace(pool_fitted, true) {
+                let pool = sum(&|m| m.cpu_seconds_process_train - m.cpu_seconds_main_train);
+                r.pairs_per_thread_second = pairs / pool.max(1e-9);
+                r.dim_at = m0.dim.max(1);
+                let tokens = sum(&|m| m.walk_tokens_nominal as f64);
+                if m0.model != "line" && tokens > 0.0 {
+                    r.pairs_per_token = pairs / tokens;
+                }
+            }
             if sharded {
                 r.main_seconds_per_pair = main;
             } else if p <= 1.0 {
                 r.replicated_main_seconds_per_pair = main;
-            }
-            let tokens = sum(&|m| m.walk_tokens_nominal as f64);
-            if m0.model != "line" && tokens > 0.0 {
-                r.pairs_per_token = pairs / tokens;
             }
         }
         if sharded && nodes > 1.0 {
