@@ -28,6 +28,10 @@ pub struct Traffic {
     pub received: AtomicU64,
 }
 
+/// An exchange under way ([`Comm::post`]); [`Comm::collect`] ends it.
+#[must_use = "a posted exchange must be collected"]
+pub struct Posted(Option<mpi::Isends>);
+
 /// Collectives over the ranks of one job.
 pub enum Comm {
     Local(local::LocalComm),
@@ -104,6 +108,51 @@ impl Comm {
         let t = self.traffic();
         t.sent.fetch_add(out, Ordering::Relaxed);
         t.received.fetch_add(
+            recv.iter()
+                .enumerate()
+                .filter(|&(r, _)| r != me)
+                .map(|(_, b)| b.len() as u64)
+                .sum(),
+            Ordering::Relaxed,
+        );
+        recv
+    }
+
+    /// A split-phase personalised exchange, first half: `send[p]` starts on its way to rank `p`
+    /// and the rank works on. [`Comm::collect`] later returns what every rank posted here, in
+    /// posting order: every rank posts and collects the same number of times, and at most a few
+    /// exchanges are in flight. Unlike [`Comm::all_to_all_v`] no rank waits for the others to
+    /// post: a rank ahead by one exchange runs on (the trainer's exchange with the row cache).
+    pub fn post(&self, send: Vec<Vec<u8>>) -> Posted {
+        assert_eq!(send.len(), self.size(), "one send buffer per rank");
+        let me = self.rank();
+        let out: u64 = send
+            .iter()
+            .enumerate()
+            .filter(|&(r, _)| r != me)
+            .map(|(_, b)| b.len() as u64)
+            .sum();
+        self.traffic().sent.fetch_add(out, Ordering::Relaxed);
+        match self {
+            Comm::Local(c) => {
+                c.post(send);
+                Posted(None)
+            }
+            Comm::Mpi(c) => Posted(Some(c.post(send))),
+        }
+    }
+
+    /// The second half of [`Comm::post`]: what every rank posted here (indexed by rank), after
+    /// this rank's own sends of `posted` have left.
+    pub fn collect(&self, posted: Posted) -> Vec<Vec<u8>> {
+        let _g = self.watchdog().enter("collect");
+        let recv = match (self, posted.0) {
+            (Comm::Local(c), _) => c.collect(),
+            (Comm::Mpi(c), Some(p)) => c.collect(p),
+            (Comm::Mpi(_), None) => unreachable!("an MPI exchange posts through MPI"),
+        };
+        let me = self.rank();
+        self.traffic().received.fetch_add(
             recv.iter()
                 .enumerate()
                 .filter(|&(r, _)| r != me)

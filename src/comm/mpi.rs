@@ -19,6 +19,7 @@ use std::time::Duration;
 use mpi::collective::SystemOperation;
 use mpi::datatype::{Partition, PartitionMut};
 use mpi::ffi;
+use mpi::point_to_point::MatchedReceiveVec;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::*;
 
@@ -26,6 +27,29 @@ use super::{ReduceOp, Traffic, Watchdog};
 
 /// Largest number of bytes sent to one peer in one `MPI_Alltoallv` round: counts are `c_int`.
 const DEFAULT_ROUND_BYTES: u64 = 1 << 30;
+
+/// The tag of split-phase exchanges (`post` / `collect`): they are matched in posting order.
+const EXCHANGE_TAG: c_int = 0x6773;
+
+/// A real byte for empty sends.
+static SPARE: [u8; 1] = [0];
+
+/// Sends of a posted exchange: their requests, the buffers they read, and this rank's own.
+pub struct Isends {
+    reqs: Vec<ffi::MPI_Request>,
+    bufs: Vec<Vec<u8>>,
+    own: Vec<u8>,
+}
+
+impl Drop for Isends {
+    /// An exchange never collected (a rank failing): MPI may still read the buffers, so they
+    /// are leaked rather than freed.
+    fn drop(&mut self) {
+        if !self.reqs.is_empty() {
+            std::mem::forget(std::mem::take(&mut self.bufs));
+        }
+    }
+}
 
 pub struct MpiComm {
     // Declared before `universe` so that it drops (and stops) before MPI is finalized.
@@ -163,6 +187,86 @@ impl MpiComm {
                 out.extend_from_slice(&rbuf[d..d + rcounts[p] as usize]);
             }
         }
+        recv
+    }
+
+    /// [`super::Comm::post`]: one `MPI_Isend` per other rank; this rank's own buffer waits in
+    /// the handle.
+    pub fn post(&self, mut send: Vec<Vec<u8>>) -> Isends {
+        let me = self.rank();
+        let own = std::mem::take(&mut send[me]);
+        let mut reqs = Vec::with_capacity(send.len());
+        for (p, b) in send.iter().enumerate() {
+            if p == me {
+                continue;
+            }
+            let len = c_int::try_from(b.len()).unwrap_or_else(|_| {
+                panic!(
+                    "an exchange message of {} bytes to rank {p}: more than a 32-bit count holds; lower --batch-size",
+                    b.len()
+                )
+            });
+            // Never hand MPI a dangling pointer (an empty Vec's): point at a real byte.
+            let ptr = if b.is_empty() {
+                SPARE.as_ptr()
+            } else {
+                b.as_ptr()
+            };
+            // SAFETY: `RSMPI_REQUEST_NULL` is a plain constant handle.
+            let mut r: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+            // SAFETY: `ptr` points at `len` readable bytes that stay where they are until the
+            // request completes: the buffers move into the returned `Isends` (a Vec's heap
+            // block does not move with it), and `collect` waits for every request before it
+            // drops them. The communicator and datatype are valid handles.
+            let rc = unsafe {
+                ffi::MPI_Isend(
+                    ptr.cast(),
+                    len,
+                    ffi::RSMPI_UINT8_T,
+                    p as c_int,
+                    EXCHANGE_TAG,
+                    self.world.as_raw(),
+                    &mut r,
+                )
+            };
+            assert_eq!(rc, 0, "MPI_Isend failed");
+            reqs.push(r);
+        }
+        Isends {
+            reqs,
+            bufs: send,
+            own,
+        }
+    }
+
+    /// [`super::Comm::collect`]: the oldest message of every other rank (matched probe, then a
+    /// receive of its size), then the wait for this rank's own sends.
+    pub fn collect(&self, mut s: Isends) -> Vec<Vec<u8>> {
+        let me = self.rank();
+        let mut recv = Vec::with_capacity(self.size());
+        for p in 0..self.size() {
+            if p == me {
+                recv.push(std::mem::take(&mut s.own));
+                continue;
+            }
+            let probed = self
+                .world
+                .process_at_rank(p as c_int)
+                .matched_probe_with_tag(EXCHANGE_TAG);
+            let (v, _) = probed.matched_receive_vec::<u8>();
+            recv.push(v);
+        }
+        // SAFETY: `reqs` holds requests `post` started (or null ones); the statuses are
+        // ignored. The send buffers are dropped with `s` only after this wait.
+        let rc = unsafe {
+            ffi::MPI_Waitall(
+                s.reqs.len() as c_int,
+                s.reqs.as_mut_ptr(),
+                ffi::RSMPI_STATUSES_IGNORE,
+            )
+        };
+        assert_eq!(rc, 0, "MPI_Waitall failed");
+        s.reqs.clear();
         recv
     }
 

@@ -345,6 +345,19 @@ impl WalkEngine {
         (self.next_start, self.total_starts)
     }
 
+    /// Walkers in `b`, bytes of walkers as `superstep_local` encodes them for another rank of a
+    /// graph of `num_nodes` nodes (counted without decoding).
+    pub fn count_encoded(b: &[u8], num_nodes: u64) -> u64 {
+        let iw = Ids::for_nodes(num_nodes).width();
+        let (mut o, mut n) = (0, 0);
+        while o + 8 + 2 * iw + 7 <= b.len() {
+            let hist = b[o + 8 + 2 * iw + 5] as usize;
+            o += 8 + 2 * iw + 7 + hist * (iw + 1);
+            n += 1;
+        }
+        n
+    }
+
     /// The walkers in flight, encoded (for a checkpoint).
     pub fn encode_walkers(&self) -> Vec<u8> {
         let mut b = Vec::new();
@@ -1154,5 +1167,32 @@ mod tests {
         assert_eq!(Walker::decode_ids(&b, Ids::Narrow).0, moved);
         assert_eq!(Ids::for_nodes(1 << 31), Ids::Narrow);
         assert_eq!(Ids::for_nodes(1 << 32), Ids::Wide);
+    }
+}
+
+#[cfg(test)]
+mod count_tests {
+    use super::*;
+
+    /// Walkers are counted from their encoding without decoding, at both id widths.
+    #[test]
+    fn encoded_walkers_are_counted() {
+        for (nodes, ids) in [(1000u64, Ids::Narrow), (1u64 << 33, Ids::Wide)] {
+            let mut b = Vec::new();
+            for k in 0..5u64 {
+                let w = Walker {
+                    id: k,
+                    prev: NONE,
+                    cur: k + 1,
+                    step: 3,
+                    visited: false,
+                    hist: (0..k).map(|j| (j, 1)).collect(),
+                    trained: 0,
+                };
+                w.encode_ids(&mut b, ids);
+            }
+            assert_eq!(WalkEngine::count_encoded(&b, nodes), 5);
+            assert_eq!(WalkEngine::count_encoded(&[], nodes), 0);
+        }
     }
 }

@@ -87,11 +87,16 @@ pub struct Trainer<'a, M: model::Model> {
     /// what that exchange brought back: per source rank its walkers, and the global sums.
     carry: Option<(Vec<Vec<u8>>, [u64; 2])>,
     carried: Option<(Vec<Vec<u8>>, [u64; 2])>,
-    /// `--fetch alltoall`: the batch whose rows were asked for in the last exchange (they
-    /// arrive with the next one, which then launches it), and the rows other ranks asked this
-    /// rank for (per source rank, row heads), answered in the next exchange.
-    deferred: Option<Deferred<M::Plan>>,
+    /// `--fetch alltoall`: the batches whose rows were asked for and have not arrived (each
+    /// gets its rows with the exchange that answers the one that asked, which then launches
+    /// it), and the rows other ranks asked this rank for (per source rank, row heads),
+    /// answered in the next exchange it sends.
+    deferred: std::collections::VecDeque<Deferred<M::Plan>>,
     to_answer: Vec<Vec<u32>>,
+    /// The exchange posted and not yet collected (`--fetch alltoall`), with its sequence
+    /// number; and the next exchange's.
+    posted: Option<(crate::comm::Posted, u64)>,
+    seq: u64,
     /// `--strategy replicated`: every row of every matrix, the same on every rank.
     replica: Option<Replica>,
     /// The pool's activity: batches spawned and not finished, and when the last one ended
@@ -126,6 +131,8 @@ struct Deferred<P> {
     lr: f32,
     step: u64,
     asked: Vec<Vec<(u32, bool)>>,
+    /// The exchange that carried its requests.
+    seq: u64,
 }
 
 /// A batch on the pool: its keys, and where its (gradients, loss, compute seconds) arrive.
@@ -555,8 +562,10 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             adm: Admission::default(),
             carry: None,
             carried: None,
-            deferred: None,
+            deferred: Default::default(),
             to_answer: vec![Vec::new(); comm.size()],
+            posted: None,
+            seq: 0,
             replica: (cfg.strategy == Strategy::Replicated)
                 .then(|| Replica::new(cfg, g.num_nodes())),
             inflight: Default::default(),
@@ -651,7 +660,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         &mut self,
         lr: f32,
         force: bool,
-        state: impl FnOnce(&Self) -> (Vec<u8>, Cursor),
+        state: impl FnOnce(&mut Self) -> (Vec<u8>, Cursor),
     ) {
         let Some(ck) = &mut self.ckpt else {
             return;
@@ -717,7 +726,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
     }
 
     /// Collective, at the end of training: write the final state and commit it.
-    fn checkpoint_finish(&mut self, state: impl FnOnce(&Self) -> (Vec<u8>, Cursor)) {
+    fn checkpoint_finish(&mut self, state: impl FnOnce(&mut Self) -> (Vec<u8>, Cursor)) {
         self.checkpoint_tick(self.lr_at(1.0), true, state);
         if let Some(ck) = &mut self.ckpt {
             if let Some(w) = ck.writing.take() {
@@ -897,7 +906,11 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                     break;
                 }
                 let comm = self.comm;
-                self.checkpoint_tick(lr, false, |_| {
+                self.checkpoint_tick(lr, false, |tr| {
+                    // Walkers the drain's exchanges brought join the engine before it is saved.
+                    if let Some((walkers, _)) = tr.carried.take() {
+                        engine.deliver(walkers.iter().map(Vec::as_slice));
+                    }
                     let (next, starts) = engine.cursor();
                     let g = comm.all_reduce_u64(&[next, starts], ReduceOp::Sum);
                     let cursor = Cursor {
@@ -1323,7 +1336,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                 .pending
                 .front()
                 .map_or(self.step, |p| p.step)
-                .min(self.deferred.as_ref().map_or(self.step, |d| d.step));
+                .min(self.deferred.front().map_or(self.step, |d| d.step));
             let cache = self.cache.as_mut().expect("cached_launch needs the cache");
             if cache.admit(&keys, self.step, oldest, &mut adm) {
                 break;
@@ -1354,33 +1367,52 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         self.m.cache_evictions += adm.evictions;
         planned.remap_remote(&adm.slots);
         self.m.seconds.sample += t.secs();
+        let seq = self.seq;
         let asked = self.exchange(&adm);
         self.adm = adm;
         if self.cfg.fetch == Fetch::Rma {
             // The rows are in: train now.
             self.launch_cached(planned, lr, self.step);
         } else {
-            // Its rows arrive with the next exchange, which launches it.
-            self.deferred = Some(Deferred {
+            // Its rows arrive with the exchange that answers this one, which launches it.
+            self.deferred.push_back(Deferred {
                 planned,
                 lr,
                 step: self.step,
                 asked,
+                seq,
             });
         }
     }
 
-    /// Collective: end the batches on the pool and the one waiting for its rows (an exchange
-    /// without new requests brings them).
+    /// Collective: end the batches on the pool and those waiting for their rows: collect the
+    /// exchange under way, and send exchanges without new requests (answering the others') until
+    /// every batch has its rows. Every rank has as many batches waiting (all take the same
+    /// steps), so all run the same rounds.
     fn settle(&mut self, lr: f32) {
-        if self.deferred.is_some() {
+        let carry = self.carry.take();
+        loop {
+            if let Some((p, s)) = self.posted.take() {
+                let t = Timer::start();
+                let recv = self.comm.collect(p);
+                self.m.seconds.push += t.secs();
+                self.absorb(recv, s, &Admission::default());
+            }
+            if self.deferred.is_empty() {
+                break;
+            }
             let mut adm = std::mem::take(&mut self.adm);
             adm.clear();
-            let carry = self.carry.take();
-            self.exchange(&adm);
-            self.carry = carry;
+            let seq = self.seq;
+            self.seq += 1;
+            let (send, _) = self.encode_exchange(&adm, 0);
             self.adm = adm;
+            if self.cfg.fetch == Fetch::Rma {
+                unreachable!("--fetch rma installs rows at once: no batch waits");
+            }
+            self.posted = Some((self.comm.post(send), seq));
         }
+        self.carry = carry;
         while let Some(prev) = self.pending.pop_front() {
             self.finish(prev, lr);
         }
@@ -1425,14 +1457,59 @@ impl<'a, M: model::Model> Trainer<'a, M> {
 
     /// Collective: send the admission's deltas to their owners and add the deltas received to
     /// this rank's rows, and read the rows it asks for, in `--wire-dtype`. With `--fetch
-    /// alltoall` the requests ride in the same all-to-all and are answered in the next one,
-    /// which brings the rows of the batch waiting for them (installed, and the batch launched)
-    /// while this exchange's own requests wait for the next: one all-to-all per step. With
-    /// `--fetch rma` the rows are read one-sidedly after a barrier and installed at once.
+    /// alltoall` the requests ride in the exchange and are answered in the next one a rank
+    /// sends, which brings the rows of the batch waiting for them (installed, and the batch
+    /// launched); the exchange is split-phase: this step's is posted, and collected at the next
+    /// step after its sampling and planning, so that no rank waits for another to finish a step
+    /// (a rank may run one exchange ahead; rows then arrive two steps after they are asked for,
+    /// deltas are added one step later). With `--fetch rma` the exchange is one all-to-all per
+    /// step, the rows are read one-sidedly after a barrier and installed at once.
     /// Returns, per owner, the slots of the rows asked for in this exchange (alltoall).
     fn exchange(&mut self, adm: &Admission) -> Vec<Vec<(u32, bool)>> {
+        let comm = self.comm;
+        let seq = self.seq;
+        self.seq += 1;
+        if self.cfg.fetch == Fetch::Rma {
+            let (send, asked) = self.encode_exchange(adm, 0);
+            let t = Timer::start();
+            let recv = comm.all_to_all_v(send);
+            self.m.seconds.push += t.secs();
+            self.absorb(recv, seq, adm);
+            return asked;
+        }
+        // The exchange a step ago: its walkers, deltas, requests and rows.
+        let arrived = match self.posted.take() {
+            Some((p, s)) => {
+                let t = Timer::start();
+                let recv = comm.collect(p);
+                self.m.seconds.push += t.secs();
+                self.absorb(recv, s, &Admission::default())
+            }
+            None => {
+                // The first step (or the first after a settle): no sums are known yet.
+                self.carried
+                    .get_or_insert((vec![Vec::new(); comm.size()], [u64::MAX, 0]));
+                0
+            }
+        };
+        let (send, asked) = self.encode_exchange(adm, arrived);
+        self.posted = Some((comm.post(send), seq));
+        asked
+    }
+
+    /// The messages of an exchange: per peer [pending, tokens: u64 x 2][walker bytes: u32]
+    /// [walkers][deltas: u32][deltas x (head, dim x wire)][requests: u32][requests x head][rows
+    /// the peer asked for in the exchange this rank absorbed last, dim x wire each, in its
+    /// order]. `arrived` walkers (absorbed since the walkers' step) count as this rank's
+    /// pending ones. Returns them and, per owner, the slots of the rows asked for.
+    #[allow(clippy::type_complexity)]
+    fn encode_exchange(
+        &mut self,
+        adm: &Admission,
+        arrived: u64,
+    ) -> (Vec<Vec<u8>>, Vec<Vec<(u32, bool)>>) {
         let (comm, cfg, part) = (self.comm, self.cfg, &self.g.part);
-        let (dim, wire, me, n) = (cfg.dim, cfg.wire_dtype, comm.rank(), comm.size());
+        let (dim, wire, n) = (cfg.dim, cfg.wire_dtype, comm.size());
         let wb = dim * wire.size();
         let rma = cfg.fetch == Fetch::Rma;
         let in_place = self.shared.clone().expect("hogwild rows");
@@ -1440,25 +1517,12 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             let (owner, row) = part.locate(key >> 1);
             (owner, (row as u32) | (((key & 1) as u32) << 31))
         };
-        let bad = |what: &str| -> ! {
-            fatal(comm, Some(self.step), &format!("received {what}"));
-        };
-        let own = |h: u32| -> (usize, usize) {
-            let (m, row) = ((h >> 31) as usize, (h & 0x7fff_ffff) as usize);
-            if m >= self.shards.len() || row >= self.shards[m].rows {
-                bad("a row this rank does not own");
-            }
-            let first = in_place[m].first_row[me].expect("a rank's own rows are in place");
-            (m, (first as usize + row) * dim)
-        };
-        // Per peer: [pending, tokens: u64 x 2][walker bytes: u32][walkers][deltas: u32]
-        // [deltas x (head, dim x wire)][requests: u32][requests x head][rows the peer asked for
-        // in the last exchange, dim x wire each, in its order].
         let t = Timer::start();
-        let (walkers, counts) = match self.carry.take() {
+        let (walkers, mut counts) = match self.carry.take() {
             Some((w, c)) => (w, c),
             None => (vec![Vec::new(); n], [0; 2]),
         };
+        counts[0] += arrived;
         let mut send: Vec<Vec<u8>> = walkers
             .into_iter()
             .map(|w| {
@@ -1499,9 +1563,9 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             for x in h {
                 b.extend_from_slice(&x.to_le_bytes());
             }
-            // The rows `o` asked for last time, as they are now.
+            // The rows `o` asked for in the exchange absorbed last, as they are now.
             for &h in &self.to_answer[o] {
-                let (m, at) = own(h);
+                let (m, at) = self.own_row(h);
                 // SAFETY: the shards outlive this call and nothing takes `&mut` access to
                 // their windows while cells are in use; pool tasks update rows with relaxed
                 // atomic accesses, as these are.
@@ -1511,21 +1575,56 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                 b.extend_from_slice(&enc);
             }
         }
-        let recv = comm.all_to_all_v(send);
         self.m.seconds.push += t.secs();
+        (send, asked)
+    }
 
-        // Deltas for this rank's rows, added as the pool adds (relaxed atomics); requests kept
-        // for the next exchange; rows for the batch waiting for them.
+    /// Matrix and value offset of one of this rank's rows, from its head in a message; a head
+    /// of a row it does not own ends the job.
+    fn own_row(&self, h: u32) -> (usize, usize) {
+        let (m, row) = ((h >> 31) as usize, (h & 0x7fff_ffff) as usize);
+        if m >= self.shards.len() || row >= self.shards[m].rows {
+            fatal(
+                self.comm,
+                Some(self.step),
+                &"received a row this rank does not own",
+            );
+        }
+        let in_place = self.shared.as_ref().expect("hogwild rows");
+        let first =
+            in_place[m].first_row[self.comm.rank()].expect("a rank's own rows are in place");
+        (m, (first as usize + row) * self.cfg.dim)
+    }
+
+    /// Take in exchange `seq`: add the deltas for this rank's rows (as the pool adds: relaxed
+    /// atomics), keep the requests for the next exchange, hand its walkers and the global sums
+    /// to the driver (`carried`), install the rows for the batch that asked for them in
+    /// exchange `seq - 1` and launch it. With `--fetch rma` read `adm`'s rows one-sidedly.
+    /// Returns the number of walkers that arrived.
+    fn absorb(&mut self, recv: Vec<Vec<u8>>, seq: u64, adm: &Admission) -> u64 {
+        let (comm, cfg, part) = (self.comm, self.cfg, &self.g.part);
+        let (dim, wire, n) = (cfg.dim, cfg.wire_dtype, comm.size());
+        let wb = dim * wire.size();
+        let rma = cfg.fetch == Fetch::Rma;
+        let in_place = self.shared.clone().expect("hogwild rows");
+        let bad = |what: &str| -> ! {
+            fatal(comm, Some(self.step), &format!("received {what}"));
+        };
         let t = Timer::start();
+        let mut row = vec![0f32; dim];
         let mut sums = [0u64; 2];
         let mut arrived = Vec::with_capacity(n);
+        let mut walkers = 0;
         let u32_at = |b: &[u8], i: usize| -> usize {
             match b.get(i..i + 4) {
                 Some(x) => u32::from_le_bytes(x.try_into().expect("4 bytes")) as usize,
                 None => bad("a truncated exchange message"),
             }
         };
-        let waiting = self.deferred.take();
+        let waiting = match self.deferred.front() {
+            Some(d) if d.seq + 1 == seq => self.deferred.pop_front(),
+            _ => None,
+        };
         let expected: Vec<usize> = (0..n)
             .map(|o| waiting.as_ref().map_or(0, |d| d.asked[o].len()))
             .collect();
@@ -1541,6 +1640,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             let Some(w) = b.get(20..20 + wl) else {
                 bad("a truncated exchange message")
             };
+            walkers += WalkEngine::count_encoded(w, self.g.num_nodes());
             arrived.push(w.to_vec());
             let mut at = 20 + wl;
             let deltas = u32_at(b, at);
@@ -1552,9 +1652,9 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             at += deltas * rec;
             self.m.push_bytes_received += d.len() as u64;
             for r in d.chunks_exact(rec) {
-                let (m, o) = own(u32::from_le_bytes(r[..4].try_into().expect("4 bytes")));
+                let (m, o) = self.own_row(u32::from_le_bytes(r[..4].try_into().expect("4 bytes")));
                 decode_row(wire, &r[4..], &mut row);
-                // SAFETY: as above.
+                // SAFETY: as in `encode_exchange`.
                 let cells = unsafe { in_place[m].cells.cells() };
                 cells::add_to(cells.slice(o, dim), &row);
             }
@@ -1579,7 +1679,16 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             }
             rows_in.push(r);
         }
-        self.carried = Some((arrived, sums));
+        // Walkers of settle's exchanges join those not yet handed over.
+        match &mut self.carried {
+            Some((w, s)) => {
+                for (mine, new) in w.iter_mut().zip(arrived) {
+                    mine.extend_from_slice(&new);
+                }
+                *s = sums;
+            }
+            None => self.carried = Some((arrived, sums)),
+        }
         self.m.seconds.apply += t.secs();
 
         let t = Timer::start();
@@ -1615,11 +1724,15 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             }
         }
         self.m.remote_rows += fetched as u64;
+        self.m.remote_rows += waiting
+            .as_ref()
+            .map_or(0, |d| d.asked.iter().map(Vec::len).sum::<usize>())
+            as u64;
         self.m.seconds.fetch += t.secs();
         if let Some(d) = waiting {
             self.launch_cached(d.planned, d.lr, d.step);
         }
-        asked
+        walkers
     }
 
     /// Apply the batch still in flight, if any (end of training).
@@ -1634,8 +1747,12 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             // Owners get every cached delta (the output and checkpoints hold them).
             let mut adm = std::mem::take(&mut self.adm);
             cache.flush(&mut adm);
+            let carry = self.carry.take();
             self.exchange(&adm);
+            self.carry = carry;
             self.adm = adm;
+            // Collect it (split-phase exchanges).
+            self.settle(lr);
         }
         if self.node_rows {
             self.comm.barrier();
