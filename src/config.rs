@@ -183,6 +183,12 @@ pub struct RawTrain {
     /// (every rank's rows only through one-sided reads; hogwild runs reproduce for a seed)
     #[arg(long, value_enum)]
     pub node_memory: Option<NodeMemory>,
+    /// Keep each rank's rows in a memory-mapped file in this directory (local disk), so that the
+    /// matrices may exceed RAM: the kernel writes pages back and evicts them under memory
+    /// pressure. The files are unlinked once mapped. Implies --node-memory private; the rows
+    /// then leave the memory estimate and --max-memory
+    #[arg(long)]
+    pub mmap_rows: Option<PathBuf>,
     /// Compute threads per rank (default: all cores / ranks on the node)
     #[arg(long)]
     pub threads: Option<usize>,
@@ -328,6 +334,7 @@ struct FileStorage {
     scheme: Option<String>,
     max_memory: Option<String>,
     node_memory: Option<NodeMemory>,
+    mmap_rows: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -426,6 +433,7 @@ impl RawTrain {
             shared_negatives: f.compute.shared_negatives,
             kernel: f.compute.kernel,
             node_memory: f.storage.node_memory,
+            mmap_rows: f.storage.mmap_rows,
             threads: f.compute.threads,
             update: f.compute.update,
             max_staleness: f.compute.max_staleness,
@@ -485,6 +493,7 @@ impl RawTrain {
             shared_negatives,
             kernel,
             node_memory,
+            mmap_rows,
             threads,
             update,
             max_staleness,
@@ -548,6 +557,8 @@ pub struct TrainConfig {
     pub shared_negatives: usize,
     pub kernel: Kernel,
     pub node_memory: NodeMemory,
+    /// `--mmap-rows`: the directory of the rows' memory-mapped files.
+    pub mmap_rows: Option<PathBuf>,
     pub threads: usize,
     /// Resolved: never `Auto`.
     pub update: Update,
@@ -860,7 +871,12 @@ impl TrainConfig {
             request_batch_size: r.request_batch_size.unwrap_or(4096),
             shared_negatives: r.shared_negatives.unwrap_or(if kg { KG_CHUNK } else { 1 }),
             kernel: r.kernel.unwrap_or(Kernel::Token),
-            node_memory: r.node_memory.unwrap_or(NodeMemory::Shared),
+            node_memory: r.node_memory.unwrap_or(if r.mmap_rows.is_some() {
+                NodeMemory::Private
+            } else {
+                NodeMemory::Shared
+            }),
+            mmap_rows: r.mmap_rows,
             threads: r
                 .threads
                 .unwrap_or_else(|| (cores / ranks_on_this_node()).max(1)),
@@ -1089,6 +1105,16 @@ impl TrainConfig {
         );
         need(self.threads > 0, "--threads must be at least 1");
         need(
+            self.mmap_rows.is_none() || self.node_memory == NodeMemory::Private,
+            "--mmap-rows keeps each rank's rows in a file of its own: use --node-memory private (its default with --mmap-rows)",
+        );
+        if let Some(dir) = &self.mmap_rows {
+            need(
+                dir.is_dir(),
+                &format!("--mmap-rows {}: not a directory (create it on a local disk with room for the rows)", dir.display()),
+            );
+        }
+        need(
             self.shared_negatives > 0,
             "--shared-negatives must be at least 1",
         );
@@ -1169,10 +1195,15 @@ impl TrainConfig {
     }
 
     /// Bytes this rank will allocate for `rows` rows: two matrices (vertex and context; LINE
-    /// first order uses one) in the storage dtype plus f32 optimizer state for each.
+    /// first order uses one) in the storage dtype plus f32 optimizer state for each. Rows in
+    /// memory-mapped files (`--mmap-rows`) are not counted: the kernel pages them.
     pub fn memory_estimate(&self, rows: u64) -> u64 {
-        let per_row = self.dim as u64 * self.dtype.size() as u64
-            + 4 * self.optimizer.state_per_row(self.dim) as u64;
+        let values = if self.mmap_rows.is_some() {
+            0
+        } else {
+            self.dim as u64 * self.dtype.size() as u64
+        };
+        let per_row = values + 4 * self.optimizer.state_per_row(self.dim) as u64;
         self.matrices() as u64 * rows * per_row
     }
 

@@ -261,6 +261,28 @@ impl Shard {
         }
     }
 
+    /// Collective: as [`Shard::new`] with private windows, the rows in a memory-mapped file at
+    /// `path` (`--mmap-rows`; [`Comm::mapped_window`]).
+    pub fn mapped(
+        comm: &Comm,
+        rows: usize,
+        dim: usize,
+        dtype: Dtype,
+        opt: Optimizer,
+        path: &std::path::Path,
+    ) -> crate::Result<Shard> {
+        let window = comm.mapped_window(path, rows * dim * dtype.size())?;
+        let spr = opt.state_per_row(dim);
+        Ok(Shard {
+            window,
+            dtype,
+            dim,
+            rows,
+            state: vec![0.0; rows * spr],
+            state_per_row: spr,
+        })
+    }
+
     pub fn row_bytes(&self) -> usize {
         self.dim * self.dtype.size()
     }

@@ -242,6 +242,28 @@ fn flags_are_checked() {
         "{}",
         o.stderr
     );
+    // Memory-mapped rows need a directory, and private node memory.
+    let o = run(30, &["--graph", "g.h5", "--mmap-rows", "/no/such/dir"]);
+    assert_eq!(o.code, 1, "{}", o.all());
+    assert!(
+        o.stderr
+            .contains("--mmap-rows /no/such/dir: not a directory"),
+        "{}",
+        o.stderr
+    );
+    let o = run(
+        30,
+        &[
+            "--graph",
+            "g.h5",
+            "--mmap-rows",
+            "/tmp",
+            "--node-memory",
+            "shared",
+        ],
+    );
+    assert_eq!(o.code, 1, "{}", o.all());
+    assert!(o.stderr.contains("--node-memory private"), "{}", o.stderr);
     // A batch script that forgot its flags fails, with the usage.
     let o = run(30, &[]);
     assert_eq!(o.code, 2, "{}", o.all());

@@ -194,22 +194,43 @@ fn a_seed_reproduces_a_run_at_a_fixed_rank_count() {
         ("batched", "2", "shared", "0"),
         ("hogwild", "1", "private", "0"),
     ] {
-        let outs: Vec<_> = ["a", "b", "c"]
+        let outs: Vec<_> = ["a", "b", "c", "d"]
             .iter()
             .map(|n| p(d.path(), &format!("{update}-{n}.h5")))
             .collect();
-        for (out, seed) in outs.iter().zip(["7", "7", "8"]) {
+        // The fourth run keeps its rows in memory-mapped files (--mmap-rows).
+        let maps = p(d.path(), "maps");
+        std::fs::create_dir(&maps).unwrap();
+        for (i, (out, seed)) in outs.iter().zip(["7", "7", "8", "7"]).enumerate() {
             let mut a = train_args(s(&g), s(out));
             a.extend_from_slice(&["--seed", seed, "--threads", threads, "--update", update]);
+            let memory = if i == 3 { "private" } else { memory };
             a.extend_from_slice(&["--node-memory", memory, "--cache-rows", cache]);
+            if i == 3 {
+                a.extend_from_slice(&["--mmap-rows", s(&maps)]);
+            }
             let o = mpirun(2, 120, &a);
             assert_eq!(o.code, 0, "{}", o.all());
+            if i == 3 {
+                assert!(o.stderr.contains("--mmap-rows"), "{}", o.stderr);
+            }
         }
         assert_eq!(
             rows(&outs[0]),
             rows(&outs[1]),
             "{update}: the same seed gave different rows"
         );
+        if memory == "private" {
+            // Rows in files train exactly as rows in memory.
+            assert_eq!(
+                rows(&outs[0]),
+                rows(&outs[3]),
+                "{update}: memory-mapped rows trained differently"
+            );
+        }
+        // The files were unlinked once mapped.
+        assert_eq!(std::fs::read_dir(&maps).unwrap().count(), 0);
+        std::fs::remove_dir(&maps).unwrap();
         assert_ne!(
             rows(&outs[0]),
             rows(&outs[2]),

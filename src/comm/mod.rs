@@ -28,6 +28,24 @@ pub struct Traffic {
     pub received: AtomicU64,
 }
 
+/// A new file of `len` zero bytes at `path`, mapped read-write and unlinked.
+fn map_file(path: &std::path::Path, len: usize) -> crate::Result<memmap2::MmapMut> {
+    use crate::error::Error;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    f.set_len(len as u64).map_err(|e| Error::io(path, e))?;
+    // SAFETY: the file was just created (or truncated) by this rank for this run and is unlinked
+    // right after: no other process or mapping changes it while the mapping lives.
+    let map = unsafe { memmap2::MmapMut::map_mut(&f) }.map_err(|e| Error::io(path, e))?;
+    std::fs::remove_file(path).map_err(|e| Error::io(path, e))?;
+    Ok(map)
+}
+
 /// An exchange under way ([`Comm::post`]); [`Comm::collect`] ends it.
 #[must_use = "a posted exchange must be collected"]
 pub struct Posted(Option<mpi::Isends>);
@@ -258,6 +276,29 @@ impl Comm {
     /// (`MPI_Win_allocate_shared`); otherwise the same as `window`.
     pub fn node_window(&self, local_bytes: usize) -> Window {
         self.allocate(local_bytes, true)
+    }
+
+    /// Collective: as [`Comm::window`], but the bytes are a file of `local_bytes` at `path`
+    /// mapped into memory (`--mmap-rows`): the kernel writes its pages back and evicts them
+    /// under memory pressure, so windows may exceed RAM. The file is unlinked once mapped (its
+    /// space returns when the job ends, even if it fails). In-process ranks keep their bytes in
+    /// memory. Every rank agrees on a failure to create or map a file.
+    pub fn mapped_window(
+        &self,
+        path: &std::path::Path,
+        local_bytes: usize,
+    ) -> crate::Result<Window> {
+        let map = match self {
+            Comm::Mpi(_) if local_bytes > 0 => map_file(path, local_bytes).map(Some),
+            _ => Ok(None),
+        };
+        let map = crate::spmd::agree(self, map)?;
+        let _g = self.watchdog().enter("window allocation");
+        Ok(match (self, map) {
+            (Comm::Mpi(c), Some(m)) => Window::Mpi(c.window_over(m)),
+            (Comm::Mpi(c), None) => Window::Mpi(c.window(0, false)),
+            (Comm::Local(c), _) => Window::Local(c.window(local_bytes, false)),
+        })
     }
 
     fn allocate(&self, local_bytes: usize, node_shared: bool) -> Window {

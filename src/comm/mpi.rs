@@ -190,6 +190,37 @@ impl MpiComm {
         recv
     }
 
+    /// A window over the world exposing `map` (a file mapping: `--mmap-rows`). Collective.
+    pub fn window_over(&self, mut map: memmap2::MmapMut) -> MpiWindow {
+        let (base, len) = (map.as_mut_ptr(), map.len());
+        let mut win: ffi::MPI_Win = unsafe_win_null();
+        // SAFETY: `base` holds `len` bytes that stay mapped until the window is freed (the
+        // window owns the mapping and frees itself first); collective over the world, SPMD
+        // order.
+        let rc = unsafe {
+            ffi::MPI_Win_create(
+                base.cast(),
+                len as ffi::MPI_Aint,
+                1,
+                ffi::RSMPI_INFO_NULL,
+                self.world.as_raw(),
+                &mut win,
+            )
+        };
+        assert_eq!(rc, 0, "MPI_Win_create failed");
+        // SAFETY: `win` was just created.
+        unsafe { open_epoch(win) };
+        MpiWindow {
+            win: Some(win),
+            shm: None,
+            base,
+            len,
+            rank: self.rank(),
+            peers: Vec::new(),
+            _mapping: Some(map),
+        }
+    }
+
     /// [`super::Comm::post`]: one `MPI_Isend` per other rank; this rank's own buffer waits in
     /// the handle.
     pub fn post(&self, mut send: Vec<Vec<u8>>) -> Isends {
@@ -307,6 +338,7 @@ impl MpiComm {
                 len: local_bytes,
                 rank: self.rank(),
                 peers: Vec::new(),
+                _mapping: None,
             };
         }
         let mut base: *mut u8 = ptr::null_mut();
@@ -377,6 +409,7 @@ impl MpiComm {
             len: local_bytes,
             rank: self.rank(),
             peers,
+            _mapping: None,
         }
     }
 
@@ -483,6 +516,9 @@ pub struct MpiWindow {
     rank: usize,
     /// With a node-shared window: every rank of the node (this one included) and its bytes.
     peers: Vec<Peer>,
+    /// A window over a file mapping (`--mmap-rows`) owns it; it is unmapped after the window is
+    /// freed (fields drop after `Drop::drop`).
+    _mapping: Option<memmap2::MmapMut>,
 }
 
 /// A rank of the node and where its window bytes are mapped in this process.
