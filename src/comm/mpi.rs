@@ -190,9 +190,22 @@ impl MpiComm {
         recv
     }
 
-    /// A window over the world exposing `map` (a file mapping: `--mmap-rows`). Collective.
+    /// A window over the world exposing `map` (a file mapping: `--mmap-rows`). Collective. A
+    /// job of one rank has no reader of its rows and no window (Open MPI's default one-sided
+    /// component at one rank refuses `MPI_Win_create` over a file mapping).
     pub fn window_over(&self, mut map: memmap2::MmapMut) -> MpiWindow {
         let (base, len) = (map.as_mut_ptr(), map.len());
+        if self.size() == 1 {
+            return MpiWindow {
+                win: None,
+                shm: None,
+                base,
+                len,
+                rank: self.rank(),
+                peers: Vec::new(),
+                _mapping: Some(map),
+            };
+        }
         let mut win: ffi::MPI_Win = unsafe_win_null();
         // SAFETY: `base` holds `len` bytes that stay mapped until the window is freed (the
         // window owns the mapping and frees itself first); collective over the world, SPMD
