@@ -228,6 +228,14 @@ fn a_seed_reproduces_a_run_at_a_fixed_rank_count() {
                 "{update}: memory-mapped rows trained differently"
             );
         }
+        // One rank alone maps its rows too (no window over them: nobody reads them).
+        if memory == "private" {
+            let out = p(d.path(), "one.h5");
+            let mut a = train_args(s(&g), s(&out));
+            a.extend_from_slice(&["--threads", threads, "--mmap-rows", s(&maps)]);
+            let o = mpirun(1, 120, &a);
+            assert_eq!(o.code, 0, "{}", o.all());
+        }
         // The files were unlinked once mapped.
         assert_eq!(std::fs::read_dir(&maps).unwrap().count(), 0);
         std::fs::remove_dir(&maps).unwrap();
