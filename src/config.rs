@@ -285,6 +285,10 @@ pub struct RawTrain {
     /// Epochs between validations (--valid; default 5)
     #[arg(long)]
     pub valid_every: Option<u32>,
+    /// Stop once this many validations in a row have not raised the validation MRR (--valid;
+    /// the written rows are those of the last epoch trained)
+    #[arg(long)]
+    pub patience: Option<u32>,
     /// Test hook: make one rank fail, `rank=R,step=S,kind=panic|exit|hang|kill`.
     #[arg(long, hide = true)]
     #[serde(skip)]
@@ -388,6 +392,7 @@ struct FileTraining {
     negative_sampling: Option<NegSampling>,
     valid: Option<PathBuf>,
     valid_every: Option<u32>,
+    patience: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -459,6 +464,7 @@ impl RawTrain {
             negative_sampling: f.training.negative_sampling,
             valid: f.training.valid,
             valid_every: f.training.valid_every,
+            patience: f.training.patience,
             inject_fault: None,
         })
     }
@@ -520,6 +526,7 @@ impl RawTrain {
             negative_sampling,
             valid,
             valid_every,
+            patience,
             inject_fault
         )
     }
@@ -587,6 +594,8 @@ pub struct TrainConfig {
     pub negative_sampling: NegSampling,
     pub valid: Option<PathBuf>,
     pub valid_every: u32,
+    /// `--patience`: validations without a better MRR before training stops.
+    pub patience: Option<u32>,
     #[serde(skip)]
     pub inject_fault: Option<Fault>,
 }
@@ -931,6 +940,7 @@ impl TrainConfig {
             negative_sampling: r.negative_sampling.unwrap_or(NegSampling::Uniform),
             valid: r.valid.clone(),
             valid_every: r.valid_every.unwrap_or(5),
+            patience: r.patience,
             inject_fault: r
                 .inject_fault
                 .as_deref()
@@ -951,6 +961,7 @@ impl TrainConfig {
             (r.negative_sampling.is_some(), "--negative-sampling"),
             (r.valid.is_some(), "--valid"),
             (r.valid_every.is_some(), "--valid-every"),
+            (r.patience.is_some(), "--patience"),
         ];
         if kg {
             let mut errs = Vec::new();
@@ -986,6 +997,12 @@ impl TrainConfig {
             }
             if c.valid_every == 0 {
                 errs.push("--valid-every must be at least 1 (epochs)".into());
+            }
+            if c.patience.is_some() && c.valid.is_none() {
+                errs.push("--patience stops on the validation MRR: give --valid valid.h5".into());
+            }
+            if c.patience == Some(0) {
+                errs.push("--patience must be at least 1 (validations)".into());
             }
             if !errs.is_empty() {
                 return Err(Error::config(errs.join("; ")));

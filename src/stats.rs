@@ -126,6 +126,9 @@ pub struct RankMetrics {
     /// triples after that epoch (the same on every rank).
     #[serde(default)]
     pub valid: Vec<[f64; 3]>,
+    /// `--patience`: the epoch after which training stopped early.
+    #[serde(default)]
+    pub stopped_at_epoch: Option<u32>,
 }
 
 /// The first interval of [`RankMetrics::timeline`].

@@ -389,3 +389,54 @@ fn bad_knowledge_graph_input_is_named_and_refused() {
         &["not a knowledge-graph model"],
     );
 }
+
+/// `--patience`: a learning rate too small to move the rows leaves the validation MRR flat, so
+/// training stops after the patience's validations, on every rank at the same epoch; without
+/// `--valid` the flag is refused.
+#[test]
+fn patience_stops_training_when_validation_stalls() {
+    let d = tmp();
+    let (train, valid, _) = partner_kg(d.path());
+    let (emb, metrics) = (p(d.path(), "dm.h5"), p(d.path(), "m.jsonl"));
+    let mut a = vec![
+        "--graph",
+        s(&train),
+        "--model",
+        "distmult",
+        "--dim",
+        "16",
+        "--epochs",
+        "50",
+        "--lr",
+        "1e-9",
+        "--threads",
+        "1",
+        "--comm-timeout",
+        "60",
+        "--metrics",
+        s(&metrics),
+        "-o",
+        s(&emb),
+    ];
+    let o = run(60, &[&a[..], &["--patience", "2"]].concat());
+    assert_eq!(o.code, 1, "{}", o.all());
+    assert!(o.stderr.contains("give --valid"), "{}", o.stderr);
+    a.extend_from_slice(&[
+        "--valid",
+        s(&valid),
+        "--valid-every",
+        "1",
+        "--patience",
+        "2",
+    ]);
+    let o = mpirun(2, 120, &a);
+    assert_eq!(o.code, 0, "{}", o.all());
+    assert!(o.stderr.contains("stopping early"), "{}", o.stderr);
+    let ms = common::metrics(&metrics);
+    for m in &ms {
+        // The first validation sets the best; two more without a rise stop it after epoch 3.
+        assert_eq!(m["stopped_at_epoch"].as_u64(), Some(3), "{m}");
+        assert_eq!(m["valid"].as_array().unwrap().len(), 3, "{m}");
+    }
+    assert!(emb.exists(), "the rows of the last epoch are written");
+}

@@ -995,6 +995,8 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         let mut progress = Progress::new(self.comm.rank() == 0);
         let lr = cfg.lr;
         let mut done = 0f64;
+        // --patience: the best validation MRR so far and the validations since it rose.
+        let (mut best, mut flat) = (f64::NEG_INFINITY, 0u32);
         for epoch in 1..=cfg.epochs {
             triples.shuffle(&mut rng);
             for s in 0..steps as usize {
@@ -1009,6 +1011,26 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                 if epoch % cfg.valid_every == 0 || epoch == cfg.epochs {
                     self.drain(lr);
                     self.validate(epoch, v, known);
+                    // Every rank ranks the same triples with the same rows: the same MRR, so
+                    // all stop at the same epoch.
+                    if let (Some(patience), Some(&[_, mrr, _])) =
+                        (cfg.patience, self.m.valid.last())
+                    {
+                        if mrr > best + 1e-4 {
+                            (best, flat) = (mrr, 0);
+                        } else {
+                            flat += 1;
+                        }
+                        if flat >= patience && epoch < cfg.epochs {
+                            self.m.stopped_at_epoch = Some(epoch);
+                            if self.comm.rank() == 0 {
+                                eprintln!(
+                                    "graphscale: epoch {epoch}: stopping early: validation MRR has not risen above {best:.4} for {flat} validation(s) (--patience {patience})"
+                                );
+                            }
+                            break;
+                        }
+                    }
                 }
             }
         }
