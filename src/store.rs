@@ -250,6 +250,11 @@ impl Shard {
         } else {
             comm.window(bytes)
         };
+        Shard::over(window, rows, dim, dtype, opt)
+    }
+
+    /// A shard of `rows` rows in `window`, with zeroed optimizer state.
+    fn over(window: Window, rows: usize, dim: usize, dtype: Dtype, opt: Optimizer) -> Shard {
         let spr = opt.state_per_row(dim);
         Shard {
             window,
@@ -272,15 +277,7 @@ impl Shard {
         path: &std::path::Path,
     ) -> crate::Result<Shard> {
         let window = comm.mapped_window(path, rows * dim * dtype.size())?;
-        let spr = opt.state_per_row(dim);
-        Ok(Shard {
-            window,
-            dtype,
-            dim,
-            rows,
-            state: vec![0.0; rows * spr],
-            state_per_row: spr,
-        })
+        Ok(Shard::over(window, rows, dim, dtype, opt))
     }
 
     pub fn row_bytes(&self) -> usize {

@@ -110,14 +110,7 @@ impl Comm {
     /// 32-bit count can overflow.
     pub fn all_to_all_v(&self, send: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
         assert_eq!(send.len(), self.size(), "one send buffer per rank");
-        // What a rank hands itself crosses nothing: not counted.
-        let me = self.rank();
-        let out: u64 = send
-            .iter()
-            .enumerate()
-            .filter(|&(r, _)| r != me)
-            .map(|(_, b)| b.len() as u64)
-            .sum();
+        let out = self.off_rank_bytes(&send);
         let _g = self.watchdog().enter("all_to_all_v");
         let recv = match self {
             Comm::Local(c) => c.all_to_all_v(send),
@@ -125,15 +118,20 @@ impl Comm {
         };
         let t = self.traffic();
         t.sent.fetch_add(out, Ordering::Relaxed);
-        t.received.fetch_add(
-            recv.iter()
-                .enumerate()
-                .filter(|&(r, _)| r != me)
-                .map(|(_, b)| b.len() as u64)
-                .sum(),
-            Ordering::Relaxed,
-        );
+        t.received
+            .fetch_add(self.off_rank_bytes(&recv), Ordering::Relaxed);
         recv
+    }
+
+    /// Bytes of per-rank buffers that cross to or from other ranks (what a rank hands itself
+    /// crosses nothing: not counted).
+    fn off_rank_bytes(&self, bufs: &[Vec<u8>]) -> u64 {
+        let me = self.rank();
+        bufs.iter()
+            .enumerate()
+            .filter(|&(r, _)| r != me)
+            .map(|(_, b)| b.len() as u64)
+            .sum()
     }
 
     /// A split-phase personalised exchange, first half: `send[p]` starts on its way to rank `p`
@@ -143,13 +141,7 @@ impl Comm {
     /// post: a rank ahead by one exchange runs on (the trainer's exchange with the row cache).
     pub fn post(&self, send: Vec<Vec<u8>>) -> Posted {
         assert_eq!(send.len(), self.size(), "one send buffer per rank");
-        let me = self.rank();
-        let out: u64 = send
-            .iter()
-            .enumerate()
-            .filter(|&(r, _)| r != me)
-            .map(|(_, b)| b.len() as u64)
-            .sum();
+        let out = self.off_rank_bytes(&send);
         self.traffic().sent.fetch_add(out, Ordering::Relaxed);
         match self {
             Comm::Local(c) => {
@@ -169,15 +161,9 @@ impl Comm {
             (Comm::Mpi(c), Some(p)) => c.collect(p),
             (Comm::Mpi(_), None) => unreachable!("an MPI exchange posts through MPI"),
         };
-        let me = self.rank();
-        self.traffic().received.fetch_add(
-            recv.iter()
-                .enumerate()
-                .filter(|&(r, _)| r != me)
-                .map(|(_, b)| b.len() as u64)
-                .sum(),
-            Ordering::Relaxed,
-        );
+        self.traffic()
+            .received
+            .fetch_add(self.off_rank_bytes(&recv), Ordering::Relaxed);
         recv
     }
 

@@ -190,26 +190,15 @@ impl MpiComm {
         recv
     }
 
-    /// A window over the world exposing `map` (a file mapping: `--mmap-rows`). Collective. A
-    /// job of one rank has no reader of its rows and no window (Open MPI's default one-sided
-    /// component at one rank refuses `MPI_Win_create` over a file mapping).
-    pub fn window_over(&self, mut map: memmap2::MmapMut) -> MpiWindow {
-        let (base, len) = (map.as_mut_ptr(), map.len());
-        if self.size() == 1 {
-            return MpiWindow {
-                win: None,
-                shm: None,
-                base,
-                len,
-                rank: self.rank(),
-                peers: Vec::new(),
-                _mapping: Some(map),
-            };
-        }
+    /// Collective over the world (SPMD order): a window exposing `len` bytes at `base`, its
+    /// passive-target epoch open.
+    ///
+    /// # Safety
+    /// `base` must hold `len` bytes that stay valid until the returned window is freed.
+    unsafe fn create_world_window(&self, base: *mut u8, len: usize) -> ffi::MPI_Win {
         let mut win: ffi::MPI_Win = unsafe_win_null();
-        // SAFETY: `base` holds `len` bytes that stay mapped until the window is freed (the
-        // window owns the mapping and frees itself first); collective over the world, SPMD
-        // order.
+        // SAFETY: the caller keeps `base..base + len` valid for the window's life; the world
+        // communicator lives as long as `self`.
         let rc = unsafe {
             ffi::MPI_Win_create(
                 base.cast(),
@@ -223,8 +212,19 @@ impl MpiComm {
         assert_eq!(rc, 0, "MPI_Win_create failed");
         // SAFETY: `win` was just created.
         unsafe { open_epoch(win) };
+        win
+    }
+
+    /// A window over the world exposing `map` (a file mapping: `--mmap-rows`). Collective. A
+    /// job of one rank has no reader of its rows and no window (Open MPI's default one-sided
+    /// component at one rank refuses `MPI_Win_create` over a file mapping).
+    pub fn window_over(&self, mut map: memmap2::MmapMut) -> MpiWindow {
+        let (base, len) = (map.as_mut_ptr(), map.len());
+        // SAFETY: `base` holds `len` bytes that stay mapped until the window is freed (the
+        // window owns the mapping and frees itself first).
+        let win = (self.size() > 1).then(|| unsafe { self.create_world_window(base, len) });
         MpiWindow {
-            win: Some(win),
+            win,
             shm: None,
             base,
             len,
@@ -397,23 +397,9 @@ impl MpiComm {
         // accesses them before the caller's next collective.
         unsafe { zero(base, local_bytes) };
         let win = (self.node_ranks.len() < self.size()).then(|| {
-            let mut win: ffi::MPI_Win = unsafe_win_null();
             // SAFETY: `base` holds `local_bytes` bytes that stay allocated until `shm` is freed,
-            // after this window (Drop frees `win` first); collective over the world, SPMD order.
-            let rc = unsafe {
-                ffi::MPI_Win_create(
-                    base.cast(),
-                    local_bytes as ffi::MPI_Aint,
-                    1,
-                    ffi::RSMPI_INFO_NULL,
-                    self.world.as_raw(),
-                    &mut win,
-                )
-            };
-            assert_eq!(rc, 0, "MPI_Win_create failed");
-            // SAFETY: `win` was just created.
-            unsafe { open_epoch(win) };
-            win
+            // after this window (Drop frees `win` first).
+            unsafe { self.create_world_window(base, local_bytes) }
         });
         MpiWindow {
             win,
