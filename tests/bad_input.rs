@@ -336,55 +336,42 @@ fn bad_configs_are_refused_on_every_rank_before_training() {
     );
     assert_eq!(o.code, 1, "{}", o.all());
     assert!(o.stderr.contains("exceeds --max-memory"), "{}", o.stderr);
+    let rm = rmat(d.path(), 10, 32);
+    // Refused on both ranks before training, with each of `needles` in the message.
+    let refused = |limit: &str, needles: &[&str]| {
+        let o = mpirun(
+            2,
+            90,
+            &[
+                "--graph",
+                s(&rm),
+                "--dim",
+                "8",
+                "--max-memory",
+                limit,
+                "--comm-timeout",
+                "20",
+            ],
+        );
+        assert_eq!(o.code, 1, "{}", o.all());
+        assert!(needles.iter().all(|n| o.stderr.contains(n)), "{}", o.stderr);
+        assert!(!o.stderr.contains("pairs/s"), "{}", o.stderr);
+    };
     // Rows that fit, an adjacency that does not: refused once the load has counted the
     // degrees, before it reads the entries, with the adjacency's size named.
-    let rm = rmat(d.path(), 10, 32);
-    let o = mpirun(
-        2,
-        90,
+    refused(
+        "100K",
         &[
-            "--graph",
-            s(&rm),
-            "--dim",
-            "8",
-            "--max-memory",
-            "100K",
-            "--comm-timeout",
-            "20",
+            "rmat.h5: the adjacency takes",
+            "exceeds --max-memory 100.0 KiB",
         ],
     );
-    assert_eq!(o.code, 1, "{}", o.all());
-    assert!(
-        o.stderr.contains("rmat.h5: the adjacency takes")
-            && o.stderr.contains("exceeds --max-memory 100.0 KiB"),
-        "{}",
-        o.stderr
-    );
-    assert!(!o.stderr.contains("pairs/s"), "{}", o.stderr);
     // Rows and adjacency that fit (a few hundred KiB), a whole estimate that does not (the
     // process alone holds more than 4 MiB): refused after the load, before training.
-    let o = mpirun(
-        2,
-        90,
-        &[
-            "--graph",
-            s(&rm),
-            "--dim",
-            "8",
-            "--max-memory",
-            "4M",
-            "--comm-timeout",
-            "20",
-        ],
+    refused(
+        "4M",
+        &["the memory estimate", "exceeds --max-memory 4.0 MiB"],
     );
-    assert_eq!(o.code, 1, "{}", o.all());
-    assert!(
-        o.stderr.contains("the memory estimate")
-            && o.stderr.contains("exceeds --max-memory 4.0 MiB"),
-        "{}",
-        o.stderr
-    );
-    assert!(!o.stderr.contains("pairs/s"), "{}", o.stderr);
     let cfg = p(d.path(), "run.toml");
     std::fs::write(&cfg, "[training]\nlearning_rat = 0.1\n").unwrap();
     let o = run(30, &["--config", s(&cfg), "--graph", s(&g)]);
