@@ -1447,25 +1447,15 @@ impl<'a, M: model::Model> Trainer<'a, M> {
     fn settle(&mut self, lr: f32) {
         let carry = self.carry.take();
         loop {
-            if let Some((p, s)) = self.posted.take() {
-                let t = Timer::start();
-                let recv = self.comm.collect(p);
-                self.m.seconds.push += t.secs();
-                self.absorb(recv, s, &Admission::default());
-            }
+            self.collect_posted();
             if self.deferred.is_empty() {
                 break;
             }
+            // No new requests; the answers to the others' ride along.
             let mut adm = std::mem::take(&mut self.adm);
             adm.clear();
-            let seq = self.seq;
-            self.seq += 1;
-            let (send, _) = self.encode_exchange(&adm, 0);
+            self.exchange(&adm);
             self.adm = adm;
-            if self.cfg.fetch == Fetch::Rma {
-                unreachable!("--fetch rma installs rows at once: no batch waits");
-            }
-            self.posted = Some((self.comm.post(send), seq));
         }
         self.carry = carry;
         while let Some(prev) = self.pending.pop_front() {
@@ -1533,23 +1523,24 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             return asked;
         }
         // The exchange a step ago: its walkers, deltas, requests and rows.
-        let arrived = match self.posted.take() {
-            Some((p, s)) => {
-                let t = Timer::start();
-                let recv = comm.collect(p);
-                self.m.seconds.push += t.secs();
-                self.absorb(recv, s, &Admission::default())
-            }
-            None => {
-                // The first step (or the first after a settle): no sums are known yet.
-                self.carried
-                    .get_or_insert((vec![Vec::new(); comm.size()], [u64::MAX, 0]));
-                0
-            }
-        };
+        let arrived = self.collect_posted().unwrap_or_else(|| {
+            // The first step (or the first after a settle): no sums are known yet.
+            self.carried
+                .get_or_insert((vec![Vec::new(); comm.size()], [u64::MAX, 0]));
+            0
+        });
         let (send, asked) = self.encode_exchange(adm, arrived);
         self.posted = Some((comm.post(send), seq));
         asked
+    }
+
+    /// Collect and absorb the exchange under way, if any; returns the walkers it brought.
+    fn collect_posted(&mut self) -> Option<u64> {
+        let (p, seq) = self.posted.take()?;
+        let t = Timer::start();
+        let recv = self.comm.collect(p);
+        self.m.seconds.push += t.secs();
+        Some(self.absorb(recv, seq, &Admission::default()))
     }
 
     /// The messages of an exchange: per peer [pending, tokens: u64 x 2][walker bytes: u32]
