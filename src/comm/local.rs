@@ -6,12 +6,15 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Barrier, Condvar, Mutex, RwLock};
 use std::time::Duration;
 
-use super::{Comm, Traffic, Watchdog};
+use super::{Channel, Comm, Traffic, Watchdog, CHANNELS};
 
 /// `mailbox[dst][src]`: bytes sent from `src` to `dst` in the current exchange.
 type Mailbox = Vec<Vec<Option<Vec<u8>>>>;
 /// One window: every rank's bytes.
 type Shards = Arc<Vec<RwLock<Vec<u8>>>>;
+
+/// `[dst][src]`: the messages `src` posted to `dst`, oldest first.
+type Mailboxes = Vec<Vec<VecDeque<Vec<u8>>>>;
 
 struct Shared {
     size: usize,
@@ -20,8 +23,9 @@ struct Shared {
     barrier: Barrier,
     mailbox: Mutex<Mailbox>,
     new_window: Mutex<Option<Shards>>,
-    /// Split-phase exchanges: `posted[dst][src]` holds what `src` posted to `dst`, in order.
-    posted: Mutex<Vec<Vec<VecDeque<Vec<u8>>>>>,
+    /// Split-phase exchanges: `posted[ch][dst][src]` holds what `src` posted to `dst` on channel
+    /// `ch`, in order.
+    posted: Mutex<Vec<Mailboxes>>,
     arrived: Condvar,
 }
 
@@ -52,7 +56,7 @@ pub fn run_nodes<R: Send>(
         barrier: Barrier::new(n),
         mailbox: Mutex::new(vec![vec![None; n]; n]),
         new_window: Mutex::new(None),
-        posted: Mutex::new(vec![vec![VecDeque::new(); n]; n]),
+        posted: Mutex::new(vec![vec![vec![VecDeque::new(); n]; n]; CHANNELS]),
         arrived: Condvar::new(),
     });
     std::thread::scope(|s| {
@@ -119,20 +123,21 @@ impl LocalComm {
     }
 
     /// Split-phase exchange, first half: queue `send[dst]` for every rank.
-    pub fn post(&self, send: Vec<Vec<u8>>) {
+    pub fn post(&self, ch: Channel, send: Vec<Vec<u8>>) {
         let mut q = self.shared.posted.lock().expect("posted lock");
         for (dst, buf) in send.into_iter().enumerate() {
-            q[dst][self.rank].push_back(buf);
+            q[ch as usize][dst][self.rank].push_back(buf);
         }
         self.shared.arrived.notify_all();
     }
 
     /// Second half: the oldest message every rank posted here.
-    pub fn collect(&self) -> Vec<Vec<u8>> {
+    pub fn collect(&self, ch: Channel) -> Vec<Vec<u8>> {
         let mut q = self.shared.posted.lock().expect("posted lock");
         loop {
-            if q[self.rank].iter().all(|from| !from.is_empty()) {
-                return q[self.rank]
+            let mine = &mut q[ch as usize][self.rank];
+            if mine.iter().all(|from| !from.is_empty()) {
+                return mine
                     .iter_mut()
                     .map(|from| from.pop_front().expect("checked"))
                     .collect();
@@ -239,12 +244,12 @@ mod tests {
         let got = run(3, Duration::from_secs(30), |c| {
             let me = c.rank() as u8;
             let msg = |k: u8| -> Vec<Vec<u8>> { (0..3u8).map(|dst| vec![me, dst, k]).collect() };
-            let first = c.post(msg(0));
-            let second = c.post(msg(1));
+            let first = c.post(Channel::Rows, msg(0));
+            let second = c.post(Channel::Rows, msg(1));
             let a = c.collect(first);
             let b = c.collect(second);
             // A third exchange after both: the queues are empty again.
-            let third = c.post(msg(2));
+            let third = c.post(Channel::Rows, msg(2));
             (
                 a,
                 b,
@@ -260,6 +265,25 @@ mod tests {
             }
             // Three exchanges of 3 bytes to each of 2 other ranks.
             assert_eq!(sent, 18);
+        }
+    }
+
+    #[test]
+    fn channels_are_matched_independently() {
+        let got = run(2, Duration::from_secs(30), |c| {
+            let me = c.rank() as u8;
+            let msg = |k: u8| -> Vec<Vec<u8>> { (0..2u8).map(|dst| vec![me, dst, k]).collect() };
+            // A pool exchange posted first is collected after a rows exchange posted later.
+            let pool = c.post(Channel::Pool, msg(7));
+            let rows = c.post(Channel::Rows, msg(1));
+            let r = c.collect(rows);
+            (r, c.collect(pool))
+        });
+        for (rank, (rows, pool)) in got.into_iter().enumerate() {
+            let want =
+                |k: u8| -> Vec<Vec<u8>> { (0..2u8).map(|src| vec![src, rank as u8, k]).collect() };
+            assert_eq!(rows, want(1), "rank {rank}: rows channel");
+            assert_eq!(pool, want(7), "rank {rank}: pool channel");
         }
     }
 }

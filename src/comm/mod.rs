@@ -48,7 +48,20 @@ fn map_file(path: &std::path::Path, len: usize) -> crate::Result<memmap2::MmapMu
 
 /// An exchange under way ([`Comm::post`]); [`Comm::collect`] ends it.
 #[must_use = "a posted exchange must be collected"]
-pub struct Posted(Option<mpi::Isends>);
+pub struct Posted(Option<mpi::Isends>, Channel);
+
+/// Independent streams of split-phase exchanges: each keeps its own posting order, so an
+/// exchange of one may be collected while another's is still in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Channel {
+    /// The trainer's row requests, answers and deltas.
+    Rows = 0,
+    /// The negative pool's draws.
+    Pool = 1,
+}
+
+/// How many [`Channel`]s there are.
+pub const CHANNELS: usize = 2;
 
 /// Collectives over the ranks of one job.
 pub enum Comm {
@@ -135,20 +148,20 @@ impl Comm {
     }
 
     /// A split-phase personalised exchange, first half: `send[p]` starts on its way to rank `p`
-    /// and the rank works on. [`Comm::collect`] later returns what every rank posted here, in
-    /// posting order: every rank posts and collects the same number of times, and at most a few
-    /// exchanges are in flight. Unlike [`Comm::all_to_all_v`] no rank waits for the others to
+    /// and the rank works on. [`Comm::collect`] later returns what every rank posted here on
+    /// channel `ch`, in posting order: every rank posts and collects the same number of times
+    /// per channel, and at most a few exchanges are in flight. Unlike [`Comm::all_to_all_v`] no rank waits for the others to
     /// post: a rank ahead by one exchange runs on (the trainer's exchange with the row cache).
-    pub fn post(&self, send: Vec<Vec<u8>>) -> Posted {
+    pub fn post(&self, ch: Channel, send: Vec<Vec<u8>>) -> Posted {
         assert_eq!(send.len(), self.size(), "one send buffer per rank");
         let out = self.off_rank_bytes(&send);
         self.traffic().sent.fetch_add(out, Ordering::Relaxed);
         match self {
             Comm::Local(c) => {
-                c.post(send);
-                Posted(None)
+                c.post(ch, send);
+                Posted(None, ch)
             }
-            Comm::Mpi(c) => Posted(Some(c.post(send))),
+            Comm::Mpi(c) => Posted(Some(c.post(ch, send)), ch),
         }
     }
 
@@ -157,8 +170,8 @@ impl Comm {
     pub fn collect(&self, posted: Posted) -> Vec<Vec<u8>> {
         let _g = self.watchdog().enter("collect");
         let recv = match (self, posted.0) {
-            (Comm::Local(c), _) => c.collect(),
-            (Comm::Mpi(c), Some(p)) => c.collect(p),
+            (Comm::Local(c), _) => c.collect(posted.1),
+            (Comm::Mpi(c), Some(p)) => c.collect(posted.1, p),
             (Comm::Mpi(_), None) => unreachable!("an MPI exchange posts through MPI"),
         };
         self.traffic()

@@ -23,12 +23,13 @@ use mpi::point_to_point::MatchedReceiveVec;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::*;
 
-use super::{ReduceOp, Traffic, Watchdog};
+use super::{Channel, ReduceOp, Traffic, Watchdog};
 
 /// Largest number of bytes sent to one peer in one `MPI_Alltoallv` round: counts are `c_int`.
 const DEFAULT_ROUND_BYTES: u64 = 1 << 30;
 
-/// The tag of split-phase exchanges (`post` / `collect`): they are matched in posting order.
+/// The first tag of split-phase exchanges (`post` / `collect`), one per [`Channel`]: each channel
+/// is matched in its own posting order.
 const EXCHANGE_TAG: c_int = 0x6773;
 
 /// A real byte for empty sends.
@@ -236,7 +237,7 @@ impl MpiComm {
 
     /// [`super::Comm::post`]: one `MPI_Isend` per other rank; this rank's own buffer waits in
     /// the handle.
-    pub fn post(&self, mut send: Vec<Vec<u8>>) -> Isends {
+    pub fn post(&self, ch: Channel, mut send: Vec<Vec<u8>>) -> Isends {
         let me = self.rank();
         let own = std::mem::take(&mut send[me]);
         let mut reqs = Vec::with_capacity(send.len());
@@ -268,7 +269,7 @@ impl MpiComm {
                     len,
                     ffi::RSMPI_UINT8_T,
                     p as c_int,
-                    EXCHANGE_TAG,
+                    EXCHANGE_TAG + ch as c_int,
                     self.world.as_raw(),
                     &mut r,
                 )
@@ -285,7 +286,7 @@ impl MpiComm {
 
     /// [`super::Comm::collect`]: the oldest message of every other rank (matched probe, then a
     /// receive of its size), then the wait for this rank's own sends.
-    pub fn collect(&self, mut s: Isends) -> Vec<Vec<u8>> {
+    pub fn collect(&self, ch: Channel, mut s: Isends) -> Vec<Vec<u8>> {
         let me = self.rank();
         let mut recv = Vec::with_capacity(self.size());
         for p in 0..self.size() {
@@ -296,7 +297,7 @@ impl MpiComm {
             let probed = self
                 .world
                 .process_at_rank(p as c_int)
-                .matched_probe_with_tag(EXCHANGE_TAG);
+                .matched_probe_with_tag(EXCHANGE_TAG + ch as c_int);
             let (v, _) = probed.matched_receive_vec::<u8>();
             recv.push(v);
         }

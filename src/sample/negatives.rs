@@ -7,7 +7,7 @@ use rand::Rng as _;
 
 use super::alias::AliasTable;
 use super::Rng;
-use crate::comm::{decode_u64, encode_u64, Comm};
+use crate::comm::{decode_u64, encode_u64, Channel, Comm, Posted};
 use crate::graph::LocalGraph;
 
 pub struct NegativePool {
@@ -38,8 +38,16 @@ impl NegativePool {
         }
     }
 
-    /// Collective: draw a fresh pool.
+    /// Collective: draw a fresh pool and install it.
     pub fn refresh(&mut self, comm: &Comm, rng: &mut Rng) {
+        let posted = self.post_refresh(comm, rng);
+        self.install(comm, posted);
+    }
+
+    /// Collective, first half of a split-phase refresh: this rank's share of the next pool
+    /// starts on its way to every rank; the current pool stays in use until
+    /// [`NegativePool::install`]. Every rank posts and installs in the same order.
+    pub fn post_refresh(&mut self, comm: &Comm, rng: &mut Rng) -> Posted {
         let mine = match &self.local {
             // Randomised rounding keeps every rank's expected share exact.
             Some(t) => {
@@ -53,8 +61,13 @@ impl NegativePool {
             }
             None => Vec::new(),
         };
+        comm.post(Channel::Pool, vec![encode_u64(&mine); comm.size()])
+    }
+
+    /// Second half: the pool every rank's posted shares make, the same on every rank.
+    pub fn install(&mut self, comm: &Comm, posted: Posted) {
         self.pool = comm
-            .all_gather_bytes(&encode_u64(&mine))
+            .collect(posted)
             .iter()
             .flat_map(|b| decode_u64(b))
             .collect();
