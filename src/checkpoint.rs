@@ -48,11 +48,17 @@ pub struct Cursor {
     pub started: f64,
     /// This rank's start cursor (used when the number of ranks is unchanged).
     pub next_start: u64,
+    /// `--patience` (knowledge graphs): the best validation MRR so far, if any.
+    #[serde(default)]
+    pub valid_best: Option<f64>,
+    /// `--patience`: validations since the MRR last rose.
+    #[serde(default)]
+    pub valid_flat: u32,
 }
 
 /// What must match between a checkpoint and the run resuming it.
 pub fn identity(cfg: &TrainConfig, g: &LocalGraph, digest: u64) -> serde_json::Value {
-    serde_json::json!({
+    let mut id = serde_json::json!({
         "graph_nodes": g.num_nodes(),
         "graph_edges": g.file_edges,
         "graph_directed": g.directed,
@@ -71,7 +77,19 @@ pub fn identity(cfg: &TrainConfig, g: &LocalGraph, digest: u64) -> serde_json::V
         "p": cfg.p,
         "q": cfg.q,
         "line_samples": cfg.line_samples,
-    })
+    });
+    if cfg.model.is_kg() {
+        // What shapes a knowledge-graph model's parameters and loss (walk and edge models keep
+        // the identity their checkpoints were written with).
+        let kg = serde_json::json!({
+            "kg_loss": cfg.kg_loss,
+            "gamma": cfg.gamma,
+        });
+        if let (Some(o), Some(k)) = (id.as_object_mut(), kg.as_object()) {
+            o.extend(k.clone());
+        }
+    }
+    id
 }
 
 /// Names and values that differ between two identities, as `name: checkpoint X, this run Y`.

@@ -971,9 +971,6 @@ impl TrainConfig {
             if c.strategy == Strategy::Replicated {
                 errs.push("--strategy replicated (the data-parallel baseline) trains the walk and edge models; knowledge-graph models train sharded".into());
             }
-            if c.checkpoint_dir.is_some() || c.resume.is_some() {
-                errs.push("knowledge-graph models do not checkpoint yet (their relation parameters are not saved): drop --checkpoint-dir and --resume".into());
-            }
             if matches!(model, Model::Complex | Model::Rotate) && c.dim % 2 != 0 {
                 errs.push(format!("--model {}: --dim must be even (complex coordinates: real and imaginary halves), got {}", format!("{model:?}").to_lowercase(), c.dim));
             }

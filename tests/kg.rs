@@ -440,3 +440,85 @@ fn patience_stops_training_when_validation_stalls() {
     }
     assert!(emb.exists(), "the rows of the last epoch are written");
 }
+
+/// Checkpoints of a knowledge-graph run hold the entity rows and the relations with their
+/// optimizer state: a run killed mid-epoch resumes at another rank count to full quality, and
+/// resuming the finished run trains nothing and scores exactly as its output did.
+#[test]
+fn a_killed_knowledge_graph_run_resumes_with_its_relations() {
+    let d = tmp();
+    let (train, valid, test) = partner_kg(d.path());
+    let (emb, ck, metrics) = (
+        p(d.path(), "dm.h5"),
+        p(d.path(), "ck"),
+        p(d.path(), "m.jsonl"),
+    );
+    let args = vec![
+        "--graph",
+        s(&train),
+        "--model",
+        "distmult",
+        "--dim",
+        "32",
+        "--epochs",
+        "60",
+        "--batch-size",
+        "128",
+        "--negatives",
+        "64",
+        "--shared-negatives",
+        "16",
+        "--threads",
+        "1",
+        "--comm-timeout",
+        "60",
+        "--checkpoint-dir",
+        s(&ck),
+        "--checkpoint-every",
+        "20",
+        "--metrics",
+        s(&metrics),
+        "-o",
+        s(&emb),
+    ];
+    // About 5 steps per epoch: step 150 is mid-way, three checkpoints after step 90.
+    let killed = [&args[..], &["--inject-fault", "rank=1,step=153,kind=kill"]].concat();
+    let o = mpirun(2, 120, &killed);
+    assert_ne!(o.code, 0, "a killed run must fail: {}", o.all());
+    assert_ne!(o.code, 124, "the job hung: {}", o.all());
+    assert!(ck.join("LATEST").exists(), "nothing committed: {}", o.all());
+
+    let resumed = [&args[..], &["--resume", s(&ck)]].concat();
+    let o = mpirun(3, 120, &resumed);
+    assert_eq!(o.code, 0, "{}", o.all());
+    let tail = o
+        .stderr
+        .split("(2 ranks then, 3 now; step ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no resume line: {}", o.stderr));
+    let step: u64 = tail[..tail.find(')').unwrap()].parse().unwrap();
+    assert!(step % 20 == 0 && (40..=140).contains(&step), "step {step}");
+    let m = eval_kg(&emb, &test, &[&train, &valid]);
+    let mrr = m["mrr"].as_f64().unwrap();
+    assert!(mrr > 0.6, "resumed at 3 ranks: filtered MRR {mrr}: {m}");
+    // Only the epochs after the checkpoint were trained: 5 steps and 555 triples an epoch.
+    let ms = common::metrics(&metrics);
+    let pairs: u64 = ms.iter().map(|m| m["pairs"].as_u64().unwrap()).sum();
+    assert_eq!(
+        pairs,
+        (60 - step / 5) * 555,
+        "triples trained after step {step}"
+    );
+
+    // The finished run's last checkpoint: nothing left to train, the same rows and relations.
+    std::fs::remove_file(&emb).unwrap();
+    let o = mpirun(2, 120, &resumed);
+    assert_eq!(o.code, 0, "{}", o.all());
+    let again = eval_kg(&emb, &test, &[&train, &valid]);
+    assert_eq!(
+        again, m,
+        "the finished run's checkpoint scores as its output"
+    );
+    let ms = common::metrics(&metrics);
+    assert!(ms.iter().all(|m| m["pairs"].as_u64() == Some(0)), "{ms:?}");
+}

@@ -30,6 +30,9 @@ use crate::graph::LocalGraph;
 use crate::sample::negatives::NegativePool;
 use crate::sample::Rng;
 
+/// The first bytes of a knowledge-graph model's checkpointed state.
+const KG_STATE_MAGIC: &[u8; 4] = b"KGST";
+
 /// A knowledge-graph score function.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Score {
@@ -650,6 +653,40 @@ impl Model for Kge {
             rel_dim: self.rel_dim,
         };
         Some(crate::kgeval::rank_distributed(comm, &emb, valid, known))
+    }
+
+    /// The relations and their Adagrad sums: `KGST`, the count n (u64), n + n f32 values.
+    fn state(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(12 + 8 * self.rel.len());
+        b.extend_from_slice(KG_STATE_MAGIC);
+        b.extend_from_slice(&(self.rel.len() as u64).to_le_bytes());
+        for x in self.rel.iter().chain(&self.rel_acc) {
+            b.extend_from_slice(&x.to_le_bytes());
+        }
+        b
+    }
+
+    fn restore_state(&mut self, b: &[u8]) -> std::result::Result<(), String> {
+        let n = self.rel.len();
+        let ok = b.len() == 12 + 8 * n
+            && &b[..4] == KG_STATE_MAGIC
+            && u64::from_le_bytes(b[4..12].try_into().expect("8 bytes")) == n as u64;
+        if !ok {
+            return Err(format!(
+                "the checkpoint's relation parameters do not fit this run ({} bytes, expected {} for {} relation values)",
+                b.len(),
+                12 + 8 * n,
+                n
+            ));
+        }
+        let mut vals = b[12..]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")));
+        let rel = Arc::make_mut(&mut self.rel);
+        for x in rel.iter_mut().chain(self.rel_acc.iter_mut()) {
+            *x = vals.next().expect("length checked");
+        }
+        Ok(())
     }
 
     fn apply_replicated(&mut self, grads: &[f32], lr: f32) {

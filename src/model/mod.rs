@@ -106,6 +106,24 @@ pub trait Model: Send + Sync + Sized + 'static {
         None
     }
 
+    /// What the model holds besides its sharded rows (e.g. relations and their optimizer
+    /// state), encoded for a checkpoint; empty for none. It is the same on every rank.
+    fn state(&self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    /// Install [`Model::state`]'s bytes from a checkpoint; the error says what does not fit.
+    fn restore_state(&mut self, bytes: &[u8]) -> std::result::Result<(), String> {
+        if bytes.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "the checkpoint holds {} bytes of model state this model does not have",
+                bytes.len()
+            ))
+        }
+    }
+
     /// Add what the model holds besides its sharded rows to the written output (rank 0, after
     /// the rows are written): e.g. relation parameters.
     fn write_output(&self, path: &std::path::Path) -> Result<()> {

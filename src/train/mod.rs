@@ -18,7 +18,7 @@ use rand::RngExt;
 use rustc_hash::FxHashMap;
 
 use crate::checkpoint::{self, Cursor, Restored, Snapshot, Writing};
-use crate::comm::{Comm, ReduceOp};
+use crate::comm::{Channel, Comm, Posted, ReduceOp};
 use crate::config::{
     Every, FaultKind, Fetch, Kernel, Model, NodeMemory, OnNan, Strategy, TrainConfig, Update,
 };
@@ -66,11 +66,11 @@ pub struct Trainer<'a, M: model::Model> {
     local_slot: Vec<Vec<(u64, u32)>>,
     remote_slot: FxHashMap<u64, u32>,
     stamp: u64,
-    /// A batch whose gradients are being computed (staleness 1).
     /// Batches launched on the pool and not yet finished, oldest first.
     pending: std::collections::VecDeque<Pending>,
-    /// Refresh the negative pool at the next step (after a resume).
-    refresh_now: bool,
+    /// The negative pool's next draw, under way (installed NEG_REFRESH steps after it is
+    /// posted; none before the first step, after a resume or a drain).
+    next_pool: Option<Posted>,
     ckpt: Option<Checkpointing>,
     resumed: Option<Restored>,
     /// `--update hogwild`: every matrix's rows the pool updates in place (this rank's, or with
@@ -95,7 +95,7 @@ pub struct Trainer<'a, M: model::Model> {
     to_answer: Vec<Vec<u32>>,
     /// The exchange posted and not yet collected (`--fetch alltoall`), with its sequence
     /// number; and the next exchange's.
-    posted: Option<(crate::comm::Posted, u64)>,
+    posted: Option<(Posted, u64)>,
     seq: u64,
     /// `--strategy replicated`: every row of every matrix, the same on every rank.
     replica: Option<Replica>,
@@ -586,7 +586,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             remote_slot: FxHashMap::default(),
             stamp: 0,
             pending: Default::default(),
-            refresh_now: false,
+            next_pool: None,
             ckpt: None,
             resumed: None,
             shared: None,
@@ -660,16 +660,26 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         if let Some(dir) = &cfg.resume {
             let part = self.g.part.clone();
             let window = cfg.window;
+            let kg = cfg.model.is_kg();
             let r =
-                checkpoint::restore(self.comm, dir, self.g, &ident, &mut self.shards, |b, _| {
-                    WalkEngine::route_walkers(b, &part, window)
+                checkpoint::restore(self.comm, dir, self.g, &ident, &mut self.shards, |b, n| {
+                    if kg {
+                        // The model's own state (rank 0 saved it): every rank gets a copy.
+                        Ok(vec![b.to_vec(); n])
+                    } else {
+                        WalkEngine::route_walkers(b, &part, window)
+                    }
                 })?;
             if let Some(r) = &r {
+                if kg {
+                    self.model
+                        .restore_state(&r.walkers)
+                        .map_err(|e| Error::bad_input(dir, e))?;
+                }
                 // Fresh streams for the rest of the run, derived from the seed and the step.
                 let salt = r.cursor.step.wrapping_mul(0x2545_F491_4F6C_DD1D);
                 self.rng = rng_for(cfg.seed ^ salt, self.comm.rank(), 2);
                 self.step = r.cursor.step;
-                self.refresh_now = true;
                 self.m.resumed_from = Some(r.version);
             }
             self.resumed = r;
@@ -952,6 +962,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                         done,
                         started: g[0] as f64 / g[1].max(1) as f64,
                         next_start: next,
+                        ..Cursor::default()
                     };
                     (engine.encode_walkers(), cursor)
                 });
@@ -991,21 +1002,56 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             .max_u64(triples.len().div_ceil(per_rank) as u64)
             .max(1);
         let total = f64::from(cfg.epochs) * steps as f64;
-        let mut rng = rng_for(cfg.seed, self.comm.rank(), 5);
         let mut progress = Progress::new(self.comm.rank() == 0);
         let lr = cfg.lr;
-        let mut done = 0f64;
         // --patience: the best validation MRR so far and the validations since it rose.
         let (mut best, mut flat) = (f64::NEG_INFINITY, 0u32);
-        for epoch in 1..=cfg.epochs {
-            triples.shuffle(&mut rng);
-            for s in 0..steps as usize {
-                let lo = (s * per_rank).min(triples.len());
+        // A resumed run continues the epoch in progress, after the share of its steps done.
+        let (mut first_epoch, mut first_step) = (1, 0);
+        if let Some(r) = self.resumed.take() {
+            first_epoch = r.cursor.epoch.max(1);
+            first_step = (r.cursor.started * steps as f64).round() as u64;
+            best = r.cursor.valid_best.unwrap_or(f64::NEG_INFINITY);
+            flat = r.cursor.valid_flat;
+        }
+        let mut done = f64::from(first_epoch - 1) * steps as f64 + first_step as f64;
+        // Where training stands after `s` steps of `epoch`, for a checkpoint.
+        let cursor = |epoch: u32, s: u64, best: f64, flat: u32| Cursor {
+            epoch,
+            started: s as f64 / steps as f64,
+            done: f64::from(epoch - 1) * steps as f64 + s as f64,
+            valid_best: best.is_finite().then_some(best),
+            valid_flat: flat,
+            ..Cursor::default()
+        };
+        let state = |t: &mut Self| {
+            if t.comm.rank() == 0 {
+                t.model.state()
+            } else {
+                Vec::new()
+            }
+        };
+        for epoch in first_epoch..=cfg.epochs {
+            // Each epoch's order depends on the seed, the epoch and this rank's triples alone,
+            // so that a resumed run shuffles an epoch as the interrupted one did.
+            triples.sort_unstable();
+            let salt = u64::from(epoch).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            triples.shuffle(&mut rng_for(cfg.seed ^ salt, self.comm.rank(), 5));
+            let skip = if epoch == first_epoch { first_step } else { 0 };
+            for s in skip..steps {
+                let lo = (s as usize * per_rank).min(triples.len());
                 let hi = (lo + per_rank).min(triples.len());
                 self.train(Work::Triples(&triples[lo..hi]), lr);
                 self.m.tokens += (hi - lo) as u64;
                 done += 1.0;
                 progress.tick(done / total, &self.m, lr);
+                // The last step of an epoch is saved as the start of the next.
+                let (e, k) = if s + 1 == steps {
+                    (epoch + 1, 0)
+                } else {
+                    (epoch, s + 1)
+                };
+                self.checkpoint_tick(lr, false, |t| (state(t), cursor(e, k, best, flat)));
             }
             if let Some((v, known)) = valid {
                 if epoch % cfg.valid_every == 0 || epoch == cfg.epochs {
@@ -1035,6 +1081,8 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             }
         }
         self.drain(lr);
+        // The run is over (all epochs, or stopped early): a resume trains no further.
+        self.checkpoint_finish(|t| (state(t), cursor(cfg.epochs + 1, 0, best, flat)));
     }
 
     /// Collective (`--valid`): rank the validation triples with the rows as they are now.
@@ -1115,11 +1163,17 @@ impl<'a, M: model::Model> Trainer<'a, M> {
     fn train(&mut self, work: Work, lr: f32) {
         let cfg = self.cfg;
         let (comm, g, dim) = (self.comm, self.g, cfg.dim);
-        if self.step % NEG_REFRESH == 0 || self.refresh_now {
+        if self.step % NEG_REFRESH == 0 || self.next_pool.is_none() {
+            // Split phase: the pool drawn NEG_REFRESH steps ago is installed and the next one
+            // posted, so ranks a few steps apart never wait here. Without one under way (the
+            // first step, after a resume or a drain) the pool is drawn on the spot.
             let t = Timer::start();
-            self.neg.refresh(comm, &mut self.rng);
+            match self.next_pool.take() {
+                Some(p) => self.neg.install(comm, p),
+                None => self.neg.refresh(comm, &mut self.rng),
+            }
+            self.next_pool = Some(self.neg.post_refresh(comm, &mut self.rng));
             self.m.seconds.sample += t.secs();
-            self.refresh_now = false;
         }
         self.step += 1;
         crate::spmd::STEP.store(self.step, std::sync::atomic::Ordering::Relaxed);
@@ -1530,7 +1584,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             0
         });
         let (send, asked) = self.encode_exchange(adm, arrived);
-        self.posted = Some((comm.post(send), seq));
+        self.posted = Some((comm.post(Channel::Rows, send), seq));
         asked
     }
 
@@ -1784,6 +1838,9 @@ impl<'a, M: model::Model> Trainer<'a, M> {
     /// Apply the batch still in flight, if any (end of training).
     /// Collective when rows are node-shared: returns when no rank of the node updates rows.
     pub fn drain(&mut self, lr: f32) {
+        if let Some(p) = self.next_pool.take() {
+            self.neg.install(self.comm, p);
+        }
         if self.replica.is_some() {
             self.replica_drain();
             return;
