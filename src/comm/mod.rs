@@ -167,17 +167,44 @@ impl Comm {
 
     /// The second half of [`Comm::post`]: what every rank posted here (indexed by rank), after
     /// this rank's own sends of `posted` have left.
-    pub fn collect(&self, posted: Posted) -> Vec<Vec<u8>> {
+    pub fn collect(&self, mut posted: Posted) -> Vec<Vec<u8>> {
+        let recv = self.receive(&mut posted);
+        self.complete(posted);
+        recv
+    }
+
+    /// What every rank posted here in `posted`'s exchange (indexed by rank), without waiting
+    /// for this rank's own sends: [`Comm::complete`] does, later. Large messages leave only as
+    /// their receivers take them, so a rank that waits for its own sends at once waits for the
+    /// slowest receiver; completing them an exchange later lets it run on.
+    pub fn receive(&self, posted: &mut Posted) -> Vec<Vec<u8>> {
         let _g = self.watchdog().enter("collect");
-        let recv = match (self, posted.0) {
+        let recv = match (self, posted.0.as_mut()) {
             (Comm::Local(c), _) => c.collect(posted.1),
-            (Comm::Mpi(c), Some(p)) => c.collect(posted.1, p),
+            (Comm::Mpi(c), Some(p)) => c.receive(posted.1, p),
             (Comm::Mpi(_), None) => unreachable!("an MPI exchange posts through MPI"),
         };
         self.traffic()
             .received
             .fetch_add(self.off_rank_bytes(&recv), Ordering::Relaxed);
         recv
+    }
+
+    /// Let this rank's sends of a received exchange move on (transports such as TCP send only
+    /// while the rank is inside MPI) without waiting; whether they have all left.
+    pub fn progress(&self, posted: &mut Posted) -> bool {
+        match (self, posted.0.as_mut()) {
+            (Comm::Mpi(c), Some(p)) => c.test(p),
+            _ => true,
+        }
+    }
+
+    /// Wait until this rank's own sends of a received exchange have left.
+    pub fn complete(&self, posted: Posted) {
+        let _g = self.watchdog().enter("collect");
+        if let (Comm::Mpi(c), Some(p)) = (self, posted.0) {
+            c.complete(p);
+        }
     }
 
     /// Every rank's `data`, indexed by rank.

@@ -284,9 +284,9 @@ impl MpiComm {
         }
     }
 
-    /// [`super::Comm::collect`]: the oldest message of every other rank (matched probe, then a
-    /// receive of its size), then the wait for this rank's own sends.
-    pub fn collect(&self, ch: Channel, mut s: Isends) -> Vec<Vec<u8>> {
+    /// [`super::Comm::receive`]: the oldest message of every other rank on `ch` (matched probe,
+    /// then a receive of its size); this rank's own sends may still be under way.
+    pub fn receive(&self, ch: Channel, s: &mut Isends) -> Vec<Vec<u8>> {
         let me = self.rank();
         let mut recv = Vec::with_capacity(self.size());
         for p in 0..self.size() {
@@ -301,6 +301,29 @@ impl MpiComm {
             let (v, _) = probed.matched_receive_vec::<u8>();
             recv.push(v);
         }
+        recv
+    }
+
+    /// [`super::Comm::progress`]: let MPI move this rank's sends on without waiting; whether
+    /// they have all left.
+    pub fn test(&self, s: &mut Isends) -> bool {
+        let mut flag: c_int = 0;
+        // SAFETY: as in `complete`: requests `post` started (completed ones become null
+        // handles), statuses ignored; the buffers stay alive in `s`.
+        let rc = unsafe {
+            ffi::MPI_Testall(
+                s.reqs.len() as c_int,
+                s.reqs.as_mut_ptr(),
+                &mut flag,
+                ffi::RSMPI_STATUSES_IGNORE,
+            )
+        };
+        assert_eq!(rc, 0, "MPI_Testall failed");
+        flag != 0
+    }
+
+    /// [`super::Comm::complete`]: wait for this rank's own sends of a posted exchange.
+    pub fn complete(&self, mut s: Isends) {
         // SAFETY: `reqs` holds requests `post` started (or null ones); the statuses are
         // ignored. The send buffers are dropped with `s` only after this wait.
         let rc = unsafe {
@@ -312,7 +335,6 @@ impl MpiComm {
         };
         assert_eq!(rc, 0, "MPI_Waitall failed");
         s.reqs.clear();
-        recv
     }
 
     pub fn all_reduce_u64(&self, v: &[u64], op: ReduceOp) -> Vec<u64> {

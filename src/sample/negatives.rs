@@ -17,6 +17,8 @@ pub struct NegativePool {
     pool_size: usize,
     rank: usize,
     part: crate::graph::Partitioner,
+    /// This rank's shares of the installed pool, possibly still under way.
+    sending: Option<Posted>,
 }
 
 impl NegativePool {
@@ -35,6 +37,7 @@ impl NegativePool {
             pool_size: pool_size.max(1),
             rank: comm.rank(),
             part: g.part.clone(),
+            sending: None,
         }
     }
 
@@ -42,6 +45,7 @@ impl NegativePool {
     pub fn refresh(&mut self, comm: &Comm, rng: &mut Rng) {
         let posted = self.post_refresh(comm, rng);
         self.install(comm, posted);
+        self.finish(comm);
     }
 
     /// Collective, first half of a split-phase refresh: this rank's share of the next pool
@@ -64,13 +68,24 @@ impl NegativePool {
         comm.post(Channel::Pool, vec![encode_u64(&mine); comm.size()])
     }
 
-    /// Second half: the pool every rank's posted shares make, the same on every rank.
-    pub fn install(&mut self, comm: &Comm, posted: Posted) {
+    /// Second half: the pool every rank's posted shares make, the same on every rank. This
+    /// rank's own shares of it are waited for at the next install (or [`NegativePool::finish`]),
+    /// when every rank has long received them.
+    pub fn install(&mut self, comm: &Comm, mut posted: Posted) {
         self.pool = comm
-            .collect(posted)
+            .receive(&mut posted)
             .iter()
             .flat_map(|b| decode_u64(b))
             .collect();
+        self.finish(comm);
+        self.sending = Some(posted);
+    }
+
+    /// Wait for this rank's shares of the installed pool to leave (before the job's end).
+    pub fn finish(&mut self, comm: &Comm) {
+        if let Some(p) = self.sending.take() {
+            comm.complete(p);
+        }
     }
 
     /// One negative (the pool is never empty after a refresh of a graph with edges).

@@ -96,6 +96,9 @@ pub struct Trainer<'a, M: model::Model> {
     /// The exchange posted and not yet collected (`--fetch alltoall`), with its sequence
     /// number; and the next exchange's.
     posted: Option<(Posted, u64)>,
+    /// This rank's sends of the exchange collected last, completed at the next collect and
+    /// moved on meanwhile ([`Trainer::poke`]).
+    sending: Option<Posted>,
     seq: u64,
     /// `--strategy replicated`: every row of every matrix, the same on every rank.
     replica: Option<Replica>,
@@ -598,6 +601,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             deferred: Default::default(),
             to_answer: vec![Vec::new(); comm.size()],
             posted: None,
+            sending: None,
             seq: 0,
             replica: (cfg.strategy == Strategy::Replicated)
                 .then(|| Replica::new(cfg, g.num_nodes())),
@@ -1432,10 +1436,12 @@ impl<'a, M: model::Model> Trainer<'a, M> {
     /// exchange deltas and rows with their owners (collective), and launch the batch. Up to
     /// `CACHE_DEPTH` batches are on the pool, so the exchange overlaps the previous batch.
     fn cached_launch(&mut self, mut planned: M::Plan, keys: Vec<u64>, lr: f32) {
+        self.poke();
         while self.pending.len() >= CACHE_DEPTH {
             let prev = self.pending.pop_front().expect("pending batch");
             self.finish(prev, lr);
         }
+        self.poke();
         let t = Timer::start();
         let mut adm = std::mem::take(&mut self.adm);
         adm.clear();
@@ -1503,6 +1509,9 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         loop {
             self.collect_posted();
             if self.deferred.is_empty() {
+                if let Some(p) = self.sending.take() {
+                    self.comm.complete(p);
+                }
                 break;
             }
             // No new requests; the answers to the others' ride along.
@@ -1588,11 +1597,26 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         asked
     }
 
+    /// Let the sends of the last collected exchange move on while this rank computes.
+    fn poke(&mut self) {
+        if let Some(p) = &mut self.sending {
+            if self.comm.progress(p) {
+                let done = self.sending.take().expect("checked");
+                self.comm.complete(done);
+            }
+        }
+    }
+
     /// Collect and absorb the exchange under way, if any; returns the walkers it brought.
     fn collect_posted(&mut self) -> Option<u64> {
-        let (p, seq) = self.posted.take()?;
+        let (mut p, seq) = self.posted.take()?;
         let t = Timer::start();
-        let recv = self.comm.collect(p);
+        let recv = self.comm.receive(&mut p);
+        // This rank's sends of the exchange before: by now every peer has taken them. Waiting
+        // for this exchange's own sends at once would wait for the slowest peer's receive.
+        if let Some(prev) = self.sending.replace(p) {
+            self.comm.complete(prev);
+        }
         self.m.seconds.push += t.secs();
         Some(self.absorb(recv, seq, &Admission::default()))
     }
@@ -1841,6 +1865,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         if let Some(p) = self.next_pool.take() {
             self.neg.install(self.comm, p);
         }
+        self.neg.finish(self.comm);
         if self.replica.is_some() {
             self.replica_drain();
             return;
@@ -1889,7 +1914,21 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         let (comm, g, dim) = (self.comm, self.g, self.cfg.dim);
         let me = comm.rank();
         let t = Timer::start();
-        let Ok((grads, replicated, loss, compute_secs)) = p.rx.recv() else {
+        // While the pool computes, the last exchange's sends move on (over TCP they leave only
+        // while this rank is inside MPI): a look every millisecond until they have all left.
+        let mut got = Err(std::sync::mpsc::RecvTimeoutError::Timeout);
+        while self.sending.is_some() {
+            got = p.rx.recv_timeout(Duration::from_millis(1));
+            if !matches!(got, Err(std::sync::mpsc::RecvTimeoutError::Timeout)) {
+                break;
+            }
+            self.poke();
+        }
+        let got = match got {
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => p.rx.recv().ok(),
+            r => r.ok(),
+        };
+        let Some((grads, replicated, loss, compute_secs)) = got else {
             fatal(
                 comm,
                 Some(self.step),
