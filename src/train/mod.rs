@@ -1597,7 +1597,9 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         asked
     }
 
-    /// Let the sends of the last collected exchange move on while this rank computes.
+    /// Let the sends of the last collected exchange move on while this rank computes: over TCP
+    /// (without Open MPI's `btl_tcp_progress_thread`) a message moves only while both ranks are
+    /// inside MPI, and a test drives the progress engine.
     fn poke(&mut self) {
         if let Some(p) = &mut self.sending {
             if self.comm.progress(p) {
@@ -1914,21 +1916,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         let (comm, g, dim) = (self.comm, self.g, self.cfg.dim);
         let me = comm.rank();
         let t = Timer::start();
-        // While the pool computes, the last exchange's sends move on (over TCP they leave only
-        // while this rank is inside MPI): a look every millisecond until they have all left.
-        let mut got = Err(std::sync::mpsc::RecvTimeoutError::Timeout);
-        while self.sending.is_some() {
-            got = p.rx.recv_timeout(Duration::from_millis(1));
-            if !matches!(got, Err(std::sync::mpsc::RecvTimeoutError::Timeout)) {
-                break;
-            }
-            self.poke();
-        }
-        let got = match got {
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => p.rx.recv().ok(),
-            r => r.ok(),
-        };
-        let Some((grads, replicated, loss, compute_secs)) = got else {
+        let Ok((grads, replicated, loss, compute_secs)) = p.rx.recv() else {
             fatal(
                 comm,
                 Some(self.step),
