@@ -94,6 +94,27 @@ fn convert_kg(d: &Path, train: &str, valid: &str, test: &str) -> (PathBuf, PathB
     (th, p(d, "valid.h5"), p(d, "test.h5"))
 }
 
+/// The training flags the small planted graphs use: `model` for `epochs` epochs at d 32, 128
+/// triples per step, 64 negatives shared by chunks of 16.
+fn kg_args<'a>(train: &'a Path, model: &'a str, epochs: &'a str) -> Vec<&'a str> {
+    vec![
+        "--graph",
+        s(train),
+        "--model",
+        model,
+        "--dim",
+        "32",
+        "--epochs",
+        epochs,
+        "--batch-size",
+        "128",
+        "--negatives",
+        "64",
+        "--shared-negatives",
+        "16",
+    ]
+}
+
 fn eval_kg(emb: &Path, test: &Path, filter: &[&Path]) -> serde_json::Value {
     let f: Vec<&str> = filter.iter().map(|x| s(x)).collect();
     let o = run(
@@ -135,26 +156,8 @@ fn every_model_completes_a_planted_knowledge_graph() {
             &triangles
         };
         let emb = p(d.path(), &format!("{model}.h5"));
-        let args = vec![
-            "--graph",
-            s(train),
-            "--model",
-            model,
-            "--dim",
-            "32",
-            "--epochs",
-            epochs,
-            "--batch-size",
-            "128",
-            "--negatives",
-            "64",
-            "--shared-negatives",
-            "16",
-            "--threads",
-            "2",
-            "-o",
-            s(&emb),
-        ];
+        let mut args = kg_args(train, model, epochs);
+        args.extend_from_slice(&["--threads", "2", "-o", s(&emb)]);
         let o = run(120, &args);
         assert_eq!(o.code, 0, "{model}: {}", o.all());
         let m = eval_kg(&emb, test, &[train, valid]);
@@ -187,35 +190,25 @@ fn distmult_trains_across_simulated_nodes_to_the_same_quality() {
         4,
         180,
         &[
-            "--graph",
-            s(&train),
-            "--model",
-            "distmult",
-            "--dim",
-            "32",
-            "--epochs",
-            "60",
-            "--batch-size",
-            "128",
-            "--negatives",
-            "64",
-            "--shared-negatives",
-            "16",
-            "--threads",
-            "1",
-            "--ranks-per-node",
-            "1",
-            "--comm-timeout",
-            "60",
-            "--metrics",
-            s(&metrics),
-            "--valid",
-            s(&valid),
-            "--valid-every",
-            "30",
-            "-o",
-            s(&emb),
-        ],
+            &kg_args(&train, "distmult", "60")[..],
+            &[
+                "--threads",
+                "1",
+                "--ranks-per-node",
+                "1",
+                "--comm-timeout",
+                "60",
+                "--metrics",
+                s(&metrics),
+                "--valid",
+                s(&valid),
+                "--valid-every",
+                "30",
+                "-o",
+                s(&emb),
+            ],
+        ]
+        .concat(),
     );
     assert_eq!(o.code, 0, "{}", o.all());
     assert!(o.stderr.contains("epoch 30: valid MRR"), "{}", o.stderr);
@@ -453,21 +446,8 @@ fn a_killed_knowledge_graph_run_resumes_with_its_relations() {
         p(d.path(), "ck"),
         p(d.path(), "m.jsonl"),
     );
-    let args = vec![
-        "--graph",
-        s(&train),
-        "--model",
-        "distmult",
-        "--dim",
-        "32",
-        "--epochs",
-        "60",
-        "--batch-size",
-        "128",
-        "--negatives",
-        "64",
-        "--shared-negatives",
-        "16",
+    let mut args = kg_args(&train, "distmult", "60");
+    args.extend_from_slice(&[
         "--threads",
         "1",
         "--comm-timeout",
@@ -480,8 +460,8 @@ fn a_killed_knowledge_graph_run_resumes_with_its_relations() {
         s(&metrics),
         "-o",
         s(&emb),
-    ];
-    // About 5 steps per epoch: step 150 is mid-way, three checkpoints after step 90.
+    ]);
+    // About 5 steps per epoch: the kill at step 153 follows checkpoints every 20 steps.
     let killed = [&args[..], &["--inject-fault", "rank=1,step=153,kind=kill"]].concat();
     let o = mpirun(2, 120, &killed);
     assert_ne!(o.code, 0, "a killed run must fail: {}", o.all());
