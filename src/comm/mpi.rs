@@ -23,7 +23,7 @@ use mpi::point_to_point::MatchedReceiveVec;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::*;
 
-use super::{Channel, ReduceOp, Traffic, Watchdog};
+use super::{advise_huge_pages, Channel, ReduceOp, Traffic, Watchdog};
 
 /// Largest number of bytes sent to one peer in one `MPI_Alltoallv` round: counts are `c_int`.
 const DEFAULT_ROUND_BYTES: u64 = 1 << 30;
@@ -480,6 +480,7 @@ unsafe fn open_epoch(win: ffi::MPI_Win) {
 /// bytes), and nobody else accesses them meanwhile.
 unsafe fn zero(base: *mut u8, len: usize) {
     if len > 0 {
+        advise_huge_pages(base, len);
         // SAFETY: the caller guarantees `len` writable, unshared bytes at `base`.
         unsafe { ptr::write_bytes(base, 0, len) };
     }

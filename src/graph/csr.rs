@@ -114,10 +114,11 @@ pub enum Targets {
 impl Targets {
     /// `len` zero targets in the width `num_nodes` needs.
     pub fn zeros(num_nodes: u64, len: usize) -> Targets {
+        use crate::comm::huge_vec;
         if Targets::narrow(num_nodes) {
-            Targets::Narrow(Store::from_vec(vec![0; len]))
+            Targets::Narrow(Store::from_vec(huge_vec(len)))
         } else {
-            Targets::Wide(Store::from_vec(vec![0; len]))
+            Targets::Wide(Store::from_vec(huge_vec(len)))
         }
     }
 
@@ -397,7 +398,7 @@ impl Builder {
         Builder {
             rank,
             weighted,
-            offsets: Store::from_vec(vec![0; n + 1]),
+            offsets: Store::from_vec(crate::comm::huge_vec(n + 1)),
             fill: Vec::new(),
             targets: Targets::zeros(part.num_nodes(), 0),
             weights: Store::from_vec(Vec::new()),
