@@ -12,7 +12,9 @@
 //! touches once, then re-reads a copy when its clock (`--cache-refresh`, by default 32 / nodes)
 //! runs out, so re-reads are a share of the remote rows' uses that grows with the node count;
 //! every read moves the row and (almost always) a delta, and walkers cross with their waiting
-//! tokens. The replicated strategy all-gathers the rows each batch touched.
+//! tokens. A use is a distinct row of a rank's batch: as a rank's share of the batch shrinks
+//! with more ranks, its batch holds fewer duplicates and the uses per pair grow (measured by
+//! the half-batch counter `remote_uses_half`). The replicated strategy all-gathers the rows each batch touched.
 //!
 //! Time: the pool's compute and the main thread's work (sampling, planning, the cache's
 //! bookkeeping and the exchange; gathers and applies when replicated), in CPU seconds per pair
@@ -82,8 +84,16 @@ pub struct Rates {
     pub replicated_main_seconds_per_pair: f64,
     pub replicated_main_seconds_per_byte: f64,
     /// Sharded: uses of remote rows (distinct rows of a batch) per pair, per unit of the remote
-    /// fraction.
+    /// fraction, at `uses_batch` pairs per rank and step.
     pub uses_per_pair: f64,
+    /// Sharded: the pairs per rank and step at which `uses_per_pair` was measured, and how the
+    /// distinct rows of a rank's batch grow with its pairs (as pairs^`dedup`, measured as the
+    /// distinct rows of a random half of the references against all of them): a rank's share of
+    /// a batch shrinks with more ranks, and so do its duplicates. Capped at `refs_per_pair`,
+    /// the references to remote rows per pair (per unit of the remote fraction).
+    pub uses_batch: f64,
+    pub dedup: f64,
+    pub refs_per_pair: f64,
     /// Sharded: the share of the remote rows a rank reads at least once.
     pub touched: f64,
     /// Sharded: re-reads per use times the cache's clock.
@@ -118,6 +128,11 @@ impl Rates {
             replicated_main_seconds_per_pair: 1.9e-7,
             replicated_main_seconds_per_byte: 1.7e-9,
             uses_per_pair: 0.73,
+            // From the 2-node DeepWalk run's half-batch counter: walks' batches hold few
+            // duplicate remote rows (LINE's grow as pairs^0.71, docs/scaling.md).
+            uses_batch: 5864.0,
+            dedup: 0.98,
+            refs_per_pair: 0.78,
             touched: 0.55,
             refresh_share: 4.8,
             pushes_per_read: 1.0,
@@ -214,6 +229,15 @@ impl Rates {
                 let wb = (m0.dim * m0.wire_bytes) as f64;
                 let remote_rows = m0.graph_rows as f64 * remote;
                 r.uses_per_pair = uses / (pairs * remote);
+                r.uses_batch = pairs / sum(&|m| m.steps as f64).max(1.0);
+                let half = get(&|m| m.remote_uses_half);
+                if half > 0.0 {
+                    r.dedup = (uses / half).log2().clamp(0.0, 1.0);
+                }
+                let refs = get(&|m| m.remote_refs);
+                if refs > 0.0 {
+                    r.refs_per_pair = refs / (pairs * remote);
+                }
                 // First reads per rank over the rows a rank does not hold.
                 r.touched = (misses / p / remote_rows.max(1.0)).min(1.0);
                 r.refresh_share =
@@ -286,7 +310,7 @@ pub fn sharded_bytes(
     if remote <= 0.0 {
         return 0.0;
     }
-    let uses = rates.uses_per_pair * pairs * remote;
+    let uses = uses_per_pair(rates, pairs / steps.max(1.0)) * pairs * remote;
     let first = (rates.touched * remote_rows).min(uses);
     let again = (rates.refresh_share / clock.max(1.0)).min(1.0) * (uses - first);
     let reads = first + again;
@@ -294,6 +318,13 @@ pub fn sharded_bytes(
     reads * (4.0 + wb) * (1.0 + rates.pushes_per_read)
         + rates.crossings_per_pair * pairs * remote * rates.bytes_per_crossing
         + rates.step_bytes * steps
+}
+
+/// Distinct remote rows per pair (per unit of the remote fraction) of batches of `batch` pairs
+/// per rank: the measured rate, scaled as the batch's distinct rows grow (`Rates::dedup`).
+pub fn uses_per_pair(rates: &Rates, batch: f64) -> f64 {
+    let scale = (batch / rates.uses_batch.max(1.0)).powf(rates.dedup - 1.0);
+    (rates.uses_per_pair * scale).min(rates.refs_per_pair.max(rates.uses_per_pair))
 }
 
 /// Both strategies' plans for `job` at `rates`.
@@ -502,7 +533,7 @@ pub fn render(job: &Job, rates: &Rates, pairs: f64, plans: &[Plan]) -> String {
     );
     let _ = writeln!(
         o,
-        "rates: {:.2e} pairs per pool CPU second at dim {}, {:.2} pairs per token; main thread {:.0} ns per pair and {:.1} ns per byte sent (replicated: {:.0} ns, {:.1} ns); sharded cache: {:.2} remote row uses per pair, {:.2} of remote rows read, re-reads {:.2} / clock of uses; {:.3} walker crossings per pair, {:.0} B each; {:.2} rows per pair (replicated); {}",
+        "rates: {:.2e} pairs per pool CPU second at dim {}, {:.2} pairs per token; main thread {:.0} ns per pair and {:.1} ns per byte sent (replicated: {:.0} ns, {:.1} ns); sharded cache: {:.2} remote row uses per pair at {:.0} pairs per rank and step (growing as pairs^{:.2}, at most {:.2}), {:.2} of remote rows read, re-reads {:.2} / clock of uses; {:.3} walker crossings per pair, {:.0} B each; {:.2} rows per pair (replicated); {}",
         rates.pairs_per_thread_second,
         rates.dim_at,
         rates.pairs_per_token,
@@ -511,6 +542,9 @@ pub fn render(job: &Job, rates: &Rates, pairs: f64, plans: &[Plan]) -> String {
         rates.replicated_main_seconds_per_pair * 1e9,
         rates.replicated_main_seconds_per_byte * 1e9,
         rates.uses_per_pair,
+        rates.uses_batch,
+        rates.dedup,
+        rates.refs_per_pair,
         rates.touched,
         rates.refresh_share,
         rates.crossings_per_pair,
@@ -753,6 +787,9 @@ mod tests {
                 cache_refreshes: 6_000_000,
                 push_bytes_sent: 6_000_000 * 132,
                 walker_crossings: 3_000_000,
+                remote_refs: 50_000_000,
+                // A random half of the references reaches 2^-0.75 of the distinct rows.
+                remote_uses_half: (20_600_000.0 / 2f64.powf(0.75)) as u64,
                 comm_bytes_sent: 2_300_000_000,
                 ..RankMetrics::default()
             })
@@ -786,6 +823,14 @@ mod tests {
             128.0,
         );
         assert!(four > 2.3e9 * 0.75, "{four}");
+        // Half the pairs per rank and step: the batch's distinct rows shrink as pairs^0.75, so
+        // its uses per pair grow by 2^0.25, but never beyond its references (2 per pair).
+        assert!((r.dedup - 0.75).abs() < 1e-6, "{r:?}");
+        let batch = r.uses_batch;
+        let up = uses_per_pair(&r, batch / 2.0) / uses_per_pair(&r, batch);
+        assert!((up - 2f64.powf(0.25)).abs() < 1e-6, "{up}");
+        assert_eq!(uses_per_pair(&r, 1.0), r.refs_per_pair);
+        assert_eq!(r.refs_per_pair, 2.0);
         // A file of an older graphscale (no training CPU seconds) is refused, naming it.
         let mut old = measured();
         for m in &mut old {

@@ -114,6 +114,12 @@ pub struct RankMetrics {
     /// those to rows of this node); walks: walker steps that moved to another rank.
     #[serde(default)]
     pub remote_refs: u64,
+    /// Hogwild across nodes: distinct remote rows among a random half of each batch's
+    /// references to them (each reference kept with probability 1/2). Beside the batches'
+    /// distinct remote rows (the cache's uses) it shows how deduplication grows with the batch:
+    /// `graphscale plan` scales the uses per pair by it when a rank's share of a batch changes.
+    #[serde(default)]
+    pub remote_uses_half: u64,
     #[serde(default)]
     pub walker_crossings: u64,
     /// Periodic samples during training, every `TIMELINE_SECONDS` at first (the interval

@@ -1315,6 +1315,9 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         let remote_slot = &mut self.remote_slot;
         remote_slot.clear();
         let mut keys: Vec<u64> = Vec::new();
+        // Per slot: whether a reference of the random half (`remote_uses_half`) reached it.
+        let mut half: Vec<bool> = Vec::new();
+        let mut nref = 0u64;
         // A row of this node is referenced by its place in the in-place cells (no copy, no
         // deduplication); a row of another node gets a slot in the fetch buffer.
         let mut refer = |key: u64| -> u32 {
@@ -1322,15 +1325,19 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             match in_place[(key & 1) as usize].first_row[owner] {
                 Some(first) => first + row as u32,
                 None => {
-                    model::REMOTE
-                        | *remote_slot.entry(key).or_insert_with(|| {
-                            keys.push(key);
-                            (keys.len() - 1) as u32
-                        })
+                    let slot = *remote_slot.entry(key).or_insert_with(|| {
+                        keys.push(key);
+                        half.push(false);
+                        (keys.len() - 1) as u32
+                    });
+                    nref += 1;
+                    half[slot as usize] |= coin(nref);
+                    model::REMOTE | slot
                 }
             }
         };
         let planned = self.model.plan(work, &self.neg, &mut self.rng, &mut refer);
+        self.m.remote_uses_half += half.iter().filter(|&&h| h).count() as u64;
         // Rows read in place: every reference to this node (a row may be read by several pairs).
         let (mut local, mut remote) = (0u64, 0u64);
         for &r in planned.references().into_iter().flatten() {
@@ -2094,6 +2101,15 @@ impl<'a, M: model::Model> Trainer<'a, M> {
 /// walks its adjacency (`csr_bytes`), times the ranks on the node. When one node lacks the room every rank falls back to private memory
 /// with a warning, instead of a bus error when a page of the segment cannot be backed.
 /// `GRAPHSCALE_SHM_BYTES` overrides the free space (test hook).
+/// A fair coin for the `n`-th reference (a SplitMix64 finalizer's top bit): which references
+/// form the random half of `remote_uses_half`, the same for every run.
+fn coin(n: u64) -> bool {
+    let mut z = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) >> 63 == 1
+}
+
 fn node_memory_fits(comm: &Comm, cfg: &TrainConfig, local_nodes: usize, csr_bytes: u64) -> bool {
     let rows = (local_nodes * cfg.dim * cfg.dtype.size() * cfg.matrices()) as u64;
     let walks = matches!(cfg.model, Model::Deepwalk | Model::Node2vec);
