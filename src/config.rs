@@ -170,8 +170,9 @@ pub struct RawTrain {
     /// Row ids merged into one one-sided request
     #[arg(long)]
     pub request_batch_size: Option<usize>,
-    /// Pairs that share one draw of negatives (1 = independent negatives, word2vec); for
-    /// `--kernel pair`
+    /// Pairs (`--kernel pair`, LINE) or walk tokens (`--kernel token`: consecutive output
+    /// tokens) that share one draw of negatives (1 = independent negatives, word2vec; 2 reads
+    /// half the negative rows, for graphs whose rows do not fit in cache)
     #[arg(long)]
     pub shared_negatives: Option<usize>,
     /// How hogwild trains walks: token (default; each token's window against its row and k

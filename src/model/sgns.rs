@@ -56,7 +56,7 @@ impl Model for Sgns {
                 let (pidx, nidx) = plan(pairs, k, self.share, tm, neg, rng, refer);
                 PlanRows::Pairs { pidx, nidx }
             }
-            Work::Segments(segs) => plan_segments(segs, k, tm, neg, rng, refer),
+            Work::Segments(segs) => plan_segments(segs, k, self.share, tm, neg, rng, refer),
             Work::Triples(_) => {
                 unreachable!("skip-gram trains pairs and walks (TrainConfig refuses triples)")
             }
@@ -177,6 +177,7 @@ impl Plan for SgnsPlan {
 fn plan_segments(
     segs: &Segments,
     k: usize,
+    share: usize,
     tm: u64,
     neg: &NegativePool,
     rng: &mut Rng,
@@ -197,7 +198,11 @@ fn plan_segments(
             }
         }
     }
-    let mut drawn = vec![0u64; outputs.len() * k];
+    // A chunk of `share` consecutive groups shares one draw of `k` negatives: their rows are
+    // read from memory once per chunk (on graphs whose rows do not fit in cache, most of a
+    // group's misses are its negatives).
+    let share = share.max(1);
+    let mut drawn = vec![0u64; outputs.len().div_ceil(share) * k];
     if neg.is_empty() {
         drawn.clear();
     } else {
@@ -206,14 +211,16 @@ fn plan_segments(
     let negs = if drawn.is_empty() {
         vec![SKIP; outputs.len() * k]
     } else {
-        drawn
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| {
-                if n == outputs[i / k.max(1)] {
+        // A draw is referred to when first used (with `share` 1, in the order of the draws).
+        let mut slots = vec![None; drawn.len()];
+        (0..outputs.len() * k)
+            .map(|i| {
+                let (g, j) = (i / k, i % k);
+                let d = g / share * k + j;
+                if drawn[d] == outputs[g] {
                     SKIP
                 } else {
-                    refer((n << 1) | tm)
+                    *slots[d].get_or_insert_with(|| refer((drawn[d] << 1) | tm))
                 }
             })
             .collect()
@@ -1283,6 +1290,76 @@ pub fn batch_gradients(
         }
     });
     (grads, loss)
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+    use crate::graph::partition::{Partitioner, Scheme};
+    use crate::graph::{Edge, LocalGraph};
+    use crate::sample::walk::Segments;
+
+    /// Every chunk of `share` consecutive groups (output tokens) of a batch's segments uses one
+    /// draw of `k` negatives, minus those equal to the group's own output; with `share` 1 every
+    /// group has its own draw, as word2vec does.
+    #[test]
+    fn groups_of_a_chunk_share_their_negatives() {
+        let n = 40u64;
+        let edges: Vec<Edge> = (0..n)
+            .flat_map(|i| {
+                let j = (i + 1) % n;
+                [(i, j), (j, i)].map(|(src, dst)| Edge {
+                    src,
+                    dst,
+                    weight: 1.0,
+                })
+            })
+            .collect();
+        let g = LocalGraph::from_entries(
+            0,
+            Partitioner::new(Scheme::Striped, n, 1),
+            &edges,
+            n,
+            false,
+            false,
+        );
+        // One segment without history: every token is a group's output.
+        let segs = Segments {
+            tokens: (0..30).map(|i| ((i * 7) % n, 3)).collect(),
+            segs: vec![(0, 0)],
+        };
+        crate::comm::local::run(1, std::time::Duration::from_secs(30), |c| {
+            let mut rng = crate::sample::rng_for(1, 0, 0);
+            let mut neg = NegativePool::new(&c, &g, 64, 0.75);
+            neg.refresh(&c, &mut rng);
+            let k = 4;
+            for share in [1, 3] {
+                let mut refer = |key: u64| (key >> 1) as u32;
+                let PlanRows::Segments { negs, refs, .. } =
+                    plan_segments(&segs, k, share, 1, &neg, &mut rng, &mut refer)
+                else {
+                    unreachable!("segments plan segments")
+                };
+                let groups = negs.len() / k;
+                assert!(groups > 2 * share, "{groups}");
+                let outputs: Vec<u32> = refs.iter().map(|r| r[1]).collect();
+                assert_eq!(outputs.len(), groups);
+                let distinct: std::collections::HashSet<Vec<u32>> =
+                    negs.chunks(k).map(|c| c.to_vec()).collect();
+                for (g, c) in negs.chunks(k).enumerate() {
+                    assert!(c.iter().all(|&r| r != outputs[g]), "group {g}: {c:?}");
+                    let first = g / share * share;
+                    for (j, &r) in c.iter().enumerate() {
+                        let lead = negs[first * k + j];
+                        assert!(r == lead || r == SKIP || lead == SKIP, "{share} {g} {c:?}");
+                    }
+                }
+                // 64 pool draws over 40 nodes: chunks almost never repeat by chance.
+                assert!(distinct.len() + 2 >= groups.div_ceil(share), "{share}");
+                assert!(distinct.len() <= groups.div_ceil(share) + groups / 2, "{share}");
+            }
+        });
+    }
 }
 
 #[cfg(test)]
