@@ -14,6 +14,10 @@
 #                                     simulated nodes over shared memory and forced TCP, DeepWalk and
 #                                     LINE: cost on R-MAT 2^20, quality on a planted-partition graph;
 #                                     ends in `graphscale report` (bench/results/scaling/)
+#   bench/run_benchmarks.sh outofcache  DeepWalk out of cache: R-MAT 2^22 relabelled by degree (1 walk
+#                                     x 40) against BlogCatalog (40 walks x 40), d 64, window 5, 1 rank
+#                                     x 2 threads, with --shared-negatives in SHARES (default "1 2"),
+#                                     RUNS alternated rounds; QUALITY=1 adds BlogCatalog Micro-F1 per B
 # load and gensim by default. Needs a release build (make build) and, for gensim, a Python with
 # numpy scipy scikit-learn gensim numba h5py (PYTHON=..., default /tmp/anchors/bin/python).
 # GS_FLAGS adds graphscale flags (e.g. GS_FLAGS='--max-staleness 1'); WALKS, LENGTH set the corpus;
@@ -29,6 +33,63 @@ SCALE="${SCALE:-20}"
 mkdir -p "$OUT" "$WORK"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
 what="${1:-all}"
+
+# Out-of-cache throughput (docs/scale.md): pairs/s of rows that do not fit in cache against rows
+# that do, same flags, alternated rounds in one invocation.
+if [[ "$what" == outofcache ]]; then
+  S="${OOC_SCALE:-22}"
+  "$BIN" convert "$DATA/blogcatalog/edges.tsv" -o "$WORK/blog.h5" > /dev/null
+  if [[ ! -f "$WORK/rmat${S}_deg.h5" ]]; then
+    "$BIN" generate rmat --scale "$S" --edge-factor 16 --seed 1 -o "$WORK/rmat${S}.h5" > /dev/null
+    "$BIN" reorder --graph "$WORK/rmat${S}.h5" --by degree -o "$WORK/rmat${S}_deg.h5" > /dev/null
+    rm -f "$WORK/rmat${S}.h5"
+  fi
+  run() {
+    mpirun --oversubscribe -n 1 --map-by slot:PE=2 "$BIN" --dim 64 --walk-length 40 --window 5 --threads 2 \
+      -o "$WORK/ooc_out.h5" ${GS_FLAGS:-} "$@" 2>&1 | grep -oE "[0-9]+ pairs/s" | tail -1 | grep -oE "[0-9]+"
+  }
+  : > "$WORK/ooc.tsv"
+  for i in $(seq "${RUNS:-3}"); do
+    for b in ${SHARES:-1 2}; do
+      printf "blog\t%s\t%s\n" "$b" "$(run --graph "$WORK/blog.h5" --walks-per-node 40 --shared-negatives "$b")" >> "$WORK/ooc.tsv"
+      printf "rmat\t%s\t%s\n" "$b" "$(run --graph "$WORK/rmat${S}_deg.h5" --walks-per-node 1 --shared-negatives "$b")" >> "$WORK/ooc.tsv"
+      tail -2 "$WORK/ooc.tsv"
+    done
+  done
+  if [[ "${QUALITY:-0}" == 1 ]]; then
+    for b in ${SHARES:-1 2}; do
+      mpirun --oversubscribe -n 1 --map-by slot:PE=2 "$BIN" --graph "$WORK/blog.h5" --walks-per-node 10 \
+        --walk-length 80 --window 10 --dim 128 --threads 2 --shared-negatives "$b" -o "$WORK/ooc_q$b.h5" > /dev/null 2>&1
+      "$BIN" eval nodeclf --embeddings "$WORK/ooc_q$b.h5" --labels "$DATA/blogcatalog/labels.tsv" --repeats 5 \
+        --seed 3 --train-fractions 0.1,0.5,0.9 --json > "$WORK/ooc_q${b}_f1.json"
+    done
+  fi
+  python3 - "$WORK" "$OUT/out_of_cache.json" "$S" <<'PYEOF'
+import json, os, statistics, sys
+w, out, scale = sys.argv[1], sys.argv[2], sys.argv[3]
+runs = {}
+for line in open(os.path.join(w, "ooc.tsv")):
+    g, b, v = line.split("\t")
+    runs.setdefault((g, b), []).append(int(v))
+base = statistics.mean(runs[("blog", "1")]) if ("blog", "1") in runs else None
+res = {"scale": int(scale), "runs": {}}
+for (g, b), v in sorted(runs.items()):
+    m = statistics.mean(v)
+    r = {"pairs_per_second": v, "mean": m}
+    if g == "rmat":
+        r["of_blogcatalog_default"] = round(m / base, 3) if base else None
+        same = runs.get(("blog", b))
+        r["of_blogcatalog_same_flags"] = round(m / statistics.mean(same), 3) if same else None
+    f = os.path.join(w, f"ooc_q{b}_f1.json")
+    if g == "blog" and os.path.exists(f):
+        d = json.load(open(f))["results"]
+        r["micro_f1"] = {k: round(100 * d[k]["micro_f1"], 2) for k in d}
+    res["runs"][f"{g}_shared{b}"] = r
+    print(f"{g:5s} --shared-negatives {b}: {m / 1e6:5.2f}M pairs/s", *(f"{k} {r[k]}" for k in r if k.startswith("of_") or k == "micro_f1"))
+json.dump(res, open(out, "w"), indent=1)
+PYEOF
+  exit 0
+fi
 
 # DeepWalk on BlogCatalog under mpirun -n R, threads 2/R per rank (1 at R >= 2): pairs/s and F1.
 if [[ "$what" == ranks ]]; then
