@@ -64,6 +64,17 @@ fn every_remote_path_setting_trains_and_counts_its_bytes() {
         assert_eq!(read > 0, *one_sided, "case {i}: one-sided bytes {read}");
         let hits = sum(&ms, "cache_hits");
         let no_cache = extra.windows(2).any(|w| w == ["--cache-rows", "0"]);
+        if !no_cache {
+            // The batches' distinct remote rows (the cache's uses) against those of a random
+            // half of their references: at least half of them (a row referenced c times is
+            // missed with probability 2^-c), and fewer than all.
+            let uses = hits + sum(&ms, "cache_misses") + sum(&ms, "cache_refreshes");
+            let half = sum(&ms, "remote_uses_half");
+            assert!(
+                half < uses && 20 * half >= 9 * uses,
+                "case {i}: {half} of {uses} uses"
+            );
+        }
         match extra.first() {
             _ if no_cache => assert_eq!(hits, 0, "case {i}"),
             Some(&"--cache-rows") => {

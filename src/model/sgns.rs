@@ -1356,7 +1356,10 @@ mod plan_tests {
                 }
                 // 64 pool draws over 40 nodes: chunks almost never repeat by chance.
                 assert!(distinct.len() + 2 >= groups.div_ceil(share), "{share}");
-                assert!(distinct.len() <= groups.div_ceil(share) + groups / 2, "{share}");
+                assert!(
+                    distinct.len() <= groups.div_ceil(share) + groups / 2,
+                    "{share}"
+                );
             }
         });
     }
