@@ -14,7 +14,8 @@
 //! every read moves the row and (almost always) a delta, and walkers cross with their waiting
 //! tokens. A use is a distinct row of a rank's batch: as a rank's share of the batch shrinks
 //! with more ranks, its batch holds fewer duplicates and the uses per pair grow (measured by
-//! the half-batch counter `remote_uses_half`). The replicated strategy all-gathers the rows each batch touched.
+//! the half-batch counter `remote_uses_half`). The replicated strategy all-gathers the rows
+//! each batch touched.
 //!
 //! Time: the pool's compute and the main thread's work (sampling, planning, the cache's
 //! bookkeeping and the exchange; gathers and applies when replicated), in CPU seconds per pair
@@ -533,7 +534,7 @@ pub fn render(job: &Job, rates: &Rates, pairs: f64, plans: &[Plan]) -> String {
     );
     let _ = writeln!(
         o,
-        "rates: {:.2e} pairs per pool CPU second at dim {}, {:.2} pairs per token; main thread {:.0} ns per pair and {:.1} ns per byte sent (replicated: {:.0} ns, {:.1} ns); sharded cache: {:.2} remote row uses per pair at {:.0} pairs per rank and step (growing as pairs^{:.2}, at most {:.2}), {:.2} of remote rows read, re-reads {:.2} / clock of uses; {:.3} walker crossings per pair, {:.0} B each; {:.2} rows per pair (replicated); {}",
+        "rates: {:.2e} pairs per pool CPU second at dim {}, {:.2} pairs per token; main thread {:.0} ns per pair and {:.1} ns per byte sent (replicated: {:.0} ns, {:.1} ns); sharded cache: {:.2} remote row uses per pair at {:.0} pairs per rank and step (a batch's distinct rows grow as pairs^{:.2}; at most {:.2} per pair), {:.2} of remote rows read, re-reads {:.2} / clock of uses; {:.3} walker crossings per pair, {:.0} B each; {:.2} rows per pair (replicated); {}",
         rates.pairs_per_thread_second,
         rates.dim_at,
         rates.pairs_per_token,
