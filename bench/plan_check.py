@@ -2,15 +2,18 @@
 """graphscale plan against measurement (docs/scaling.md): calibrate the planner from the 1-node
 and 2-node shared-memory runs of `bench/run_benchmarks.sh scaling` (each model; both strategies
 where present), then predict every run of that model (4 nodes, TCP: out of sample) and print
-model / measured bytes, seconds and memory per rank as a markdown table.
+model / measured bytes, seconds and memory per rank as a markdown table. Repeats of a run
+(`s_cost_dw_sharded_shm4.2.jsonl`, ...) make its measured seconds their median.
 
 usage: bench/plan_check.py WORK BIN [TCP_LATENCY TCP_BANDWIDTH]
 The simulated nodes share the machine's 2 cores: --cores-per-node 2 / nodes. Shared memory is
 planned as 2 us and 4G per message and second; TCP with the given loopback latency and bandwidth
 (default 38e-6 and 1.7G, measured with a Python socket ping-pong and stream on this machine).
 """
+import glob
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -24,9 +27,17 @@ MODEL = {
 
 
 def measured(path):
+    """The run's bytes and memory, and its seconds: the median over the run and its repeats
+    (`NAME.2.jsonl`, `NAME.3.jsonl`, ... beside `NAME.jsonl`), whose seconds are listed."""
+    runs = [path] + sorted(glob.glob(path[: -len(".jsonl")] + ".[0-9]*.jsonl"))
+    secs = []
+    for p in runs:
+        ms = [json.loads(line) for line in open(p)]
+        secs.append(max(m["train_seconds"] for m in ms))
     ms = [json.loads(line) for line in open(path)]
     return {
-        "secs": max(m["train_seconds"] for m in ms),
+        "secs": statistics.median(secs),
+        "all_secs": secs,
         "bytes": sum(m["comm_bytes_sent"] + m["one_sided_bytes"] for m in ms),
         "mem": max(m["memory_estimate_bytes"] for m in ms),
     }
@@ -62,8 +73,11 @@ for model, flags in MODEL.items():
                     sys.exit(f"{' '.join(a)}: {out.stderr}")
                 p = json.loads(out.stdout)["plans"][key]
                 fitted = " (fitted)" if path in cal else ""
-                print("| %s %s %s%d%s | %.3g | %.3g | %s | %.1f | %.1f | %s | %.0f MiB | %.0f MiB |" % (
+                secs = "%.1f" % m["secs"]
+                if len(m["all_secs"]) > 1:
+                    secs += " (median of %s)" % ", ".join("%.1f" % x for x in m["all_secs"])
+                print("| %s %s %s%d%s | %.3g | %.3g | %s | %.1f | %s | %s | %.0f MiB | %.0f MiB |" % (
                     "DeepWalk" if model == "dw" else "LINE", st, net, n, fitted,
                     p["bytes_per_epoch"], m["bytes"], err(p["bytes_per_epoch"], m["bytes"]),
-                    p["seconds_per_epoch"], m["secs"], err(p["seconds_per_epoch"], m["secs"]),
+                    p["seconds_per_epoch"], secs, err(p["seconds_per_epoch"], m["secs"]),
                     p["per_rank"] / 2**20, m["mem"] / 2**20))
