@@ -2096,11 +2096,6 @@ impl<'a, M: model::Model> Trainer<'a, M> {
     }
 }
 
-/// Collective: whether this node's shared segments fit where Open MPI puts them (`/dev/shm`,
-/// measured with Open MPI 4.1): every rank's rows (`local_nodes` of them per matrix), and for
-/// walks its adjacency (`csr_bytes`), times the ranks on the node. When one node lacks the room every rank falls back to private memory
-/// with a warning, instead of a bus error when a page of the segment cannot be backed.
-/// `GRAPHSCALE_SHM_BYTES` overrides the free space (test hook).
 /// A fair coin for the `n`-th reference (a SplitMix64 finalizer's top bit): which references
 /// form the random half of `remote_uses_half`, the same for every run.
 fn coin(n: u64) -> bool {
@@ -2110,6 +2105,11 @@ fn coin(n: u64) -> bool {
     (z ^ (z >> 31)) >> 63 == 1
 }
 
+/// Collective: whether this node's shared segments fit where Open MPI puts them (`/dev/shm`,
+/// measured with Open MPI 4.1): every rank's rows (`local_nodes` of them per matrix), and for
+/// walks its adjacency (`csr_bytes`), times the ranks on the node. When one node lacks the room every rank falls back to private memory
+/// with a warning, instead of a bus error when a page of the segment cannot be backed.
+/// `GRAPHSCALE_SHM_BYTES` overrides the free space (test hook).
 fn node_memory_fits(comm: &Comm, cfg: &TrainConfig, local_nodes: usize, csr_bytes: u64) -> bool {
     let rows = (local_nodes * cfg.dim * cfg.dtype.size() * cfg.matrices()) as u64;
     let walks = matches!(cfg.model, Model::Deepwalk | Model::Node2vec);
