@@ -68,6 +68,17 @@ pub enum NegSampling {
     Degree,
 }
 
+/// Which entities a rank draws its knowledge-graph negatives from (`--negatives-from`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum NegativesFrom {
+    /// Every entity of the graph: negatives are fetched from and pushed to their owners
+    All,
+    /// This rank's own entity rows (PyTorch-BigGraph's negatives from the positive's
+    /// partition): no negative row crosses the network
+    Shard,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
@@ -278,6 +289,10 @@ pub struct RawTrain {
     /// Knowledge-graph models: how negatives are drawn (uniform or degree)
     #[arg(long, value_enum)]
     pub negative_sampling: Option<NegSampling>,
+    /// Knowledge-graph models: draw negatives from every entity or from this rank's own
+    /// entity rows (shard: no negative row is fetched or pushed; the same as all at 1 rank)
+    #[arg(long, value_enum)]
+    pub negatives_from: Option<NegativesFrom>,
     /// Knowledge-graph models: validation triples (converted with --vocab-from the training
     /// file), ranked (filtered by train and valid) every --valid-every epochs and after the
     /// last; MRR and Hits@10 go to the progress line and the metrics (`valid`)
@@ -391,6 +406,7 @@ struct FileTraining {
     gamma: Option<f32>,
     adversarial_temperature: Option<f32>,
     negative_sampling: Option<NegSampling>,
+    negatives_from: Option<NegativesFrom>,
     valid: Option<PathBuf>,
     valid_every: Option<u32>,
     patience: Option<u32>,
@@ -463,6 +479,7 @@ impl RawTrain {
             gamma: f.training.gamma,
             adversarial_temperature: f.training.adversarial_temperature,
             negative_sampling: f.training.negative_sampling,
+            negatives_from: f.training.negatives_from,
             valid: f.training.valid,
             valid_every: f.training.valid_every,
             patience: f.training.patience,
@@ -525,6 +542,7 @@ impl RawTrain {
             gamma,
             adversarial_temperature,
             negative_sampling,
+            negatives_from,
             valid,
             valid_every,
             patience,
@@ -593,6 +611,7 @@ pub struct TrainConfig {
     pub gamma: f32,
     pub adversarial_temperature: f32,
     pub negative_sampling: NegSampling,
+    pub negatives_from: NegativesFrom,
     pub valid: Option<PathBuf>,
     pub valid_every: u32,
     /// `--patience`: validations without a better MRR before training stops.
@@ -939,6 +958,7 @@ impl TrainConfig {
                 0.0
             }),
             negative_sampling: r.negative_sampling.unwrap_or(NegSampling::Uniform),
+            negatives_from: r.negatives_from.unwrap_or(NegativesFrom::All),
             valid: r.valid.clone(),
             valid_every: r.valid_every.unwrap_or(5),
             patience: r.patience,
@@ -960,6 +980,7 @@ impl TrainConfig {
                 "--adversarial-temperature",
             ),
             (r.negative_sampling.is_some(), "--negative-sampling"),
+            (r.negatives_from.is_some(), "--negatives-from"),
             (r.valid.is_some(), "--valid"),
             (r.valid_every.is_some(), "--valid-every"),
             (r.patience.is_some(), "--patience"),
@@ -1065,10 +1086,9 @@ impl TrainConfig {
             // The default reduced wire precision is hogwild's; batched gradients travel in f32.
             c.wire_dtype = Dtype::F32;
         }
-        if c.wire_dtype != Dtype::F32 && c.update == Update::Batched {
+        if c.wire_dtype == Dtype::F16 && c.update == Update::Batched {
             return Err(Error::config(format!(
-                "--wire-dtype {}: a reduced wire precision applies to hogwild's row deltas; this run updates through --update batched{}, whose optimizer takes f32 gradients: use --wire-dtype f32",
-                format!("{:?}", c.wire_dtype).to_lowercase(),
+                "--wire-dtype f16: this run updates through --update batched{}, whose gradients need f32's range (f16 overflows above 65504 and flushes below 6e-8): use --wire-dtype bf16 (half the bytes, f32's range) or f32",
                 match c.hogwild_blockers().as_slice() {
                     [] => String::new(),
                     b => format!(" (hogwild needs {})", b.join(", ")),
@@ -1511,15 +1531,25 @@ mod tests {
             (batched.update, batched.wire_dtype),
             (Update::Batched, Dtype::F32)
         );
-        let e = c(RawTrain {
+        // Batched gradients travel in bf16 when asked (f32's range); f16 is refused.
+        let bf = c(RawTrain {
             optimizer: Some(Optimizer::Adagrad),
             wire_dtype: Some(Dtype::Bf16),
+            ..raw()
+        })
+        .unwrap();
+        assert_eq!((bf.update, bf.wire_dtype), (Update::Batched, Dtype::Bf16));
+        let e = c(RawTrain {
+            optimizer: Some(Optimizer::Adagrad),
+            wire_dtype: Some(Dtype::F16),
             ..raw()
         })
         .unwrap_err()
         .to_string();
         assert!(
-            e.contains("--wire-dtype bf16") && e.contains("--optimizer sgd"),
+            e.contains("--wire-dtype f16")
+                && e.contains("--wire-dtype bf16")
+                && e.contains("--optimizer sgd"),
             "{e}"
         );
         let e = c(RawTrain {

@@ -257,6 +257,74 @@ fn distmult_trains_across_simulated_nodes_to_the_same_quality() {
     assert!(ms.iter().all(|m| &m["valid"] == v0));
 }
 
+#[test]
+fn shard_negatives_keep_negative_rows_at_home_and_bf16_halves_the_push() {
+    // `--negatives-from shard`: a rank draws its negatives from its own entities, so its
+    // remote rows are its positives' heads and tails alone (at most two per triple), against
+    // many more when negatives come from every entity. `--wire-dtype bf16` pushes the same
+    // gradient rows in half the bytes. Each run still completes the graph.
+    let d = tmp();
+    let (train, valid, test) = partner_kg(d.path());
+    let mut got = Vec::new();
+    for (name, from, wire) in [
+        ("shard", "shard", "f32"),
+        ("bf16", "shard", "bf16"),
+        ("all", "all", "f32"),
+    ] {
+        let emb = p(d.path(), &format!("{name}.h5"));
+        let metrics = p(d.path(), &format!("{name}.jsonl"));
+        let o = mpirun(
+            2,
+            180,
+            &[
+                &kg_args(&train, "distmult", "60")[..],
+                &[
+                    "--negatives-from",
+                    from,
+                    "--wire-dtype",
+                    wire,
+                    "--threads",
+                    "1",
+                    "--ranks-per-node",
+                    "1",
+                    "--comm-timeout",
+                    "60",
+                    "--metrics",
+                    s(&metrics),
+                    "-o",
+                    s(&emb),
+                ],
+            ]
+            .concat(),
+        );
+        assert_eq!(o.code, 0, "{name}: {}", o.all());
+        let ms = common::metrics(&metrics);
+        let sum = |k: &str| -> u64 { ms.iter().map(|m| m[k].as_u64().unwrap()).sum() };
+        got.push((sum("remote_rows"), sum("pairs"), sum("push_bytes_sent")));
+        let m = eval_kg(&emb, &test, &[&train, &valid]);
+        let mrr = m["mrr"].as_f64().unwrap();
+        assert!(mrr > 0.6, "{name}: filtered MRR {mrr}: {m}");
+    }
+    let [(shard, pairs, push), (bf_rows, _, bf_push), (all, _, _)] = got[..] else {
+        unreachable!()
+    };
+    assert!(
+        shard <= 2 * pairs,
+        "shard: {shard} remote rows for {pairs} triples"
+    );
+    assert!(
+        2 * all > 3 * shard,
+        "remote rows: {all} from every entity against {shard} from the shard"
+    );
+    // The same rows (the draws do not depend on values), each a 4-byte header and d 32 values.
+    assert_eq!(bf_rows, shard);
+    assert_eq!(
+        bf_push * (4 + 4 * 32),
+        push * (4 + 2 * 32),
+        "{bf_push} against {push}"
+    );
+}
+
 /// The command failed and its error names every one of `wants`.
 fn refused(o: Out, wants: &[&str]) {
     assert_ne!(o.code, 0, "{}", o.all());

@@ -104,6 +104,18 @@ impl NegativePool {
         }
     }
 
+    /// `out.len()` negatives from this rank's own nodes alone, by its local table (the
+    /// global distribution restricted to them); false, leaving `out`, without local nodes.
+    pub fn fill_local(&self, rng: &mut Rng, out: &mut [u64]) -> bool {
+        let Some(t) = &self.local else {
+            return false;
+        };
+        for o in out.iter_mut() {
+            *o = self.part.global(self.rank, t.sample(rng));
+        }
+        true
+    }
+
     pub fn is_empty(&self) -> bool {
         self.pool.is_empty()
     }

@@ -20,7 +20,7 @@ use rustc_hash::FxHashMap;
 use crate::checkpoint::{self, Cursor, Restored, Snapshot, Writing};
 use crate::comm::{Channel, Comm, Posted, ReduceOp};
 use crate::config::{
-    Every, FaultKind, Fetch, Kernel, Model, NodeMemory, OnNan, Strategy, TrainConfig, Update,
+    Dtype, Every, FaultKind, Fetch, Kernel, Model, NodeMemory, OnNan, Strategy, TrainConfig, Update,
 };
 use crate::error::{Error, Result};
 use crate::graph::triples::{Triple, TripleFile};
@@ -1989,6 +1989,14 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         }
 
         // Push: gradient rows to their owners in one exchange; local rows applied directly.
+        // Batched gradients travel in --wire-dtype (f32, or bf16: f32's range), hogwild's
+        // deltas of node-shared runs in f32.
+        let wire = if self.shared.is_some() {
+            Dtype::F32
+        } else {
+            self.cfg.wire_dtype
+        };
+        let wb = dim * wire.size();
         let t = Timer::start();
         let mut send = vec![Vec::new(); comm.size()];
         let mut mine: Vec<Vec<(u32, u32)>> = vec![Vec::new(); self.shards.len()];
@@ -2000,9 +2008,9 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             } else {
                 let b = &mut send[owner];
                 b.extend_from_slice(&((row as u32) | ((m as u32) << 31)).to_le_bytes());
-                for x in &grads[s * dim..(s + 1) * dim] {
-                    b.extend_from_slice(&x.to_le_bytes());
-                }
+                let at = b.len();
+                b.resize(at + wb, 0);
+                encode_row(wire, &grads[s * dim..(s + 1) * dim], &mut b[at..]);
             }
         }
         self.m.push_bytes_sent += send.iter().map(|b| b.len() as u64).sum::<u64>();
@@ -2016,27 +2024,25 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         self.m.seconds.push += t.secs();
 
         let t = Timer::start();
-        // Received rows: [row | matrix << 31][dim x f32], in rank order (deterministic).
-        let rec = 4 + 4 * dim;
+        // Received rows: [row | matrix << 31][dim x wire], in rank order (deterministic).
+        let rec = 4 + wb;
+        let mut row = vec![0f32; dim];
         let mut theirs: Vec<(Vec<u32>, Vec<f32>)> =
             vec![(Vec::new(), Vec::new()); self.shards.len()];
         for b in &recv {
             for r in b.chunks_exact(rec) {
                 let head = u32::from_le_bytes(r[..4].try_into().expect("4 bytes"));
-                let (m, row) = ((head >> 31) as usize, head & 0x7fff_ffff);
-                if m >= self.shards.len() || row as usize >= self.shards[m].rows {
+                let (m, row_id) = ((head >> 31) as usize, head & 0x7fff_ffff);
+                if m >= self.shards.len() || row_id as usize >= self.shards[m].rows {
                     fatal(
                         comm,
                         Some(self.step),
                         &"received a gradient for a row this rank does not own",
                     );
                 }
-                theirs[m].0.push(row);
-                theirs[m].1.extend(
-                    r[4..]
-                        .chunks_exact(4)
-                        .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))),
-                );
+                theirs[m].0.push(row_id);
+                decode_row(wire, &r[4..], &mut row);
+                theirs[m].1.extend_from_slice(&row);
             }
         }
         if let Some(in_place) = &self.shared {
