@@ -296,9 +296,11 @@ for f in sorted(glob.glob(os.path.join(k, "*_test.json"))):
     train = max(m["train_seconds"] for m in ms)
     triples = sum(m["pairs"] for m in ms)
     res[name] = {"test": json.load(open(f)), "train_seconds": train, "triples_per_second": triples / train,
-                 "ranks": len(ms), "peak_rss_bytes_max": max(m["peak_rss_bytes"] for m in ms)}
+                 "ranks": len(ms), "peak_rss_bytes_max": max(m["peak_rss_bytes"] for m in ms),
+                 # as the run's report: collectives sent plus one-sided reads, per triple and epoch
+                 "bytes_per_triple": sum(m["comm_bytes_sent"] + m["one_sided_bytes"] for m in ms) / max(triples, 1)}
     t = res[name]["test"]
-    print(f"{name:12s} MRR {t['mrr']:.4f}  H@1 {t['hits@1']:.4f}  H@10 {t['hits@10']:.4f}  train {train:.0f} s  {triples / train / 1e3:.1f}k triples/s")
+    print(f"{name:12s} MRR {t['mrr']:.4f}  H@1 {t['hits@1']:.4f}  H@10 {t['hits@10']:.4f}  train {train:.0f} s  {triples / train / 1e3:.1f}k triples/s  {res[name]['bytes_per_triple']:.0f} B/triple")
 json.dump(res, open(out, "w"), indent=1)
 PYEOF
 fi

@@ -289,8 +289,8 @@ pub struct RawTrain {
     /// Knowledge-graph models: how negatives are drawn (uniform or degree)
     #[arg(long, value_enum)]
     pub negative_sampling: Option<NegSampling>,
-    /// Knowledge-graph models: draw negatives from every entity or from this rank's own
-    /// entity rows (shard: no negative row is fetched or pushed; the same as all at 1 rank)
+    /// Knowledge-graph models: draw negatives from this rank's own entity rows (default shard:
+    /// no negative row is fetched or pushed; the same as all at 1 rank) or from every entity
     #[arg(long, value_enum)]
     pub negatives_from: Option<NegativesFrom>,
     /// Knowledge-graph models: validation triples (converted with --vocab-from the training
@@ -958,7 +958,7 @@ impl TrainConfig {
                 0.0
             }),
             negative_sampling: r.negative_sampling.unwrap_or(NegSampling::Uniform),
-            negatives_from: r.negatives_from.unwrap_or(NegativesFrom::All),
+            negatives_from: r.negatives_from.unwrap_or(NegativesFrom::Shard),
             valid: r.valid.clone(),
             valid_every: r.valid_every.unwrap_or(5),
             patience: r.patience,
