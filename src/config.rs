@@ -58,17 +58,6 @@ pub enum Reg {
     L2,
 }
 
-/// Which rank trains a knowledge-graph triple (`--place-triples`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum PlaceTriples {
-    /// The owner of its lower-degree entity: one of its two rows is local, and the ranks'
-    /// shares stay near equal (hubs' triples spread over their neighbours' owners)
-    Endpoint,
-    /// A contiguous share of the triple file per rank (exactly equal shares)
-    File,
-}
-
 /// How knowledge-graph negatives are drawn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -304,10 +293,6 @@ pub struct RawTrain {
     /// no negative row is fetched or pushed; the same as all at 1 rank) or from every entity
     #[arg(long, value_enum)]
     pub negatives_from: Option<NegativesFrom>,
-    /// Knowledge-graph models: which rank trains a triple: the owner of its lower-degree
-    /// entity (default endpoint: one of its rows is local) or a contiguous share of the file
-    #[arg(long, value_enum)]
-    pub place_triples: Option<PlaceTriples>,
     /// Knowledge-graph models: validation triples (converted with --vocab-from the training
     /// file), ranked (filtered by train and valid) every --valid-every epochs and after the
     /// last; MRR and Hits@10 go to the progress line and the metrics (`valid`)
@@ -422,7 +407,6 @@ struct FileTraining {
     adversarial_temperature: Option<f32>,
     negative_sampling: Option<NegSampling>,
     negatives_from: Option<NegativesFrom>,
-    place_triples: Option<PlaceTriples>,
     valid: Option<PathBuf>,
     valid_every: Option<u32>,
     patience: Option<u32>,
@@ -496,7 +480,6 @@ impl RawTrain {
             adversarial_temperature: f.training.adversarial_temperature,
             negative_sampling: f.training.negative_sampling,
             negatives_from: f.training.negatives_from,
-            place_triples: f.training.place_triples,
             valid: f.training.valid,
             valid_every: f.training.valid_every,
             patience: f.training.patience,
@@ -560,7 +543,6 @@ impl RawTrain {
             adversarial_temperature,
             negative_sampling,
             negatives_from,
-            place_triples,
             valid,
             valid_every,
             patience,
@@ -630,7 +612,6 @@ pub struct TrainConfig {
     pub adversarial_temperature: f32,
     pub negative_sampling: NegSampling,
     pub negatives_from: NegativesFrom,
-    pub place_triples: PlaceTriples,
     pub valid: Option<PathBuf>,
     pub valid_every: u32,
     /// `--patience`: validations without a better MRR before training stops.
@@ -978,7 +959,6 @@ impl TrainConfig {
             }),
             negative_sampling: r.negative_sampling.unwrap_or(NegSampling::Uniform),
             negatives_from: r.negatives_from.unwrap_or(NegativesFrom::Shard),
-            place_triples: r.place_triples.unwrap_or(PlaceTriples::Endpoint),
             valid: r.valid.clone(),
             valid_every: r.valid_every.unwrap_or(5),
             patience: r.patience,
@@ -1001,7 +981,6 @@ impl TrainConfig {
             ),
             (r.negative_sampling.is_some(), "--negative-sampling"),
             (r.negatives_from.is_some(), "--negatives-from"),
-            (r.place_triples.is_some(), "--place-triples"),
             (r.valid.is_some(), "--valid"),
             (r.valid_every.is_some(), "--valid-every"),
             (r.patience.is_some(), "--patience"),

@@ -9,8 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use super::h5::{read_attr_u64, read_names, EdgeFile, EdgeWriter};
-use super::{NodeId, Partitioner};
-use crate::comm::{decode_u64, encode_u64, Comm};
+use super::NodeId;
 use crate::error::{Error, Result};
 
 /// One triple: (head entity, relation, tail entity).
@@ -308,69 +307,6 @@ pub fn read_all(paths: &[PathBuf], entities: u64, relations: u64) -> Result<Vec<
     Ok(out)
 }
 
-/// Collective: move every triple to the rank owning the lower-degree of its two entities
-/// (degree: the triples an entity is in, counted over every rank's `mine`; ties go to the
-/// lower id), so that one of its two rows is local to the rank that trains it and the other
-/// is usually the better-connected entity. Four all-to-alls: the degrees, then every triple
-/// to its head's owner, on to its tail's owner with the head's degree, and back to the head's
-/// owner where the head is the lower. Returns this rank's triples (in no useful order).
-pub fn place_by_endpoint(comm: &Comm, part: &Partitioner, mine: Vec<Triple>) -> Vec<Triple> {
-    let (p, me) = (comm.size(), comm.rank());
-    let exchange = |send: Vec<Vec<u64>>| -> Vec<Vec<u64>> {
-        let bytes = send.iter().map(|v| encode_u64(v)).collect();
-        comm.all_to_all_v(bytes)
-            .iter()
-            .map(|b| decode_u64(b))
-            .collect()
-    };
-    // Degrees, counted at the owners.
-    let mut send = vec![Vec::new(); p];
-    for &(h, _, t) in &mine {
-        for x in [h, t] {
-            let (o, row) = part.locate(x);
-            send[o].push(row as u64);
-        }
-    }
-    let mut deg = vec![0u64; part.num_local(me)];
-    for v in exchange(send) {
-        for row in v {
-            deg[row as usize] += 1;
-        }
-    }
-    let deg_of = |x: NodeId| deg[part.local_index(x)];
-    let by = |send: &mut Vec<Vec<u64>>, to: NodeId, vals: &[u64]| {
-        send[part.owner(to)].extend_from_slice(vals)
-    };
-    // Every triple to its head's owner.
-    let mut send = vec![Vec::new(); p];
-    for (h, r, t) in mine {
-        by(&mut send, h, &[h, u64::from(r), t]);
-    }
-    // On to the tail's owner, with the head's degree.
-    let mut send2 = vec![Vec::new(); p];
-    for v in exchange(send) {
-        for c in v.chunks_exact(3) {
-            by(&mut send2, c[2], &[c[0], c[1], c[2], deg_of(c[0])]);
-        }
-    }
-    // The tail's owner keeps the triple if the tail is the lower; otherwise back to the head's.
-    let (mut kept, mut back) = (Vec::new(), vec![Vec::new(); p]);
-    for v in exchange(send2) {
-        for c in v.chunks_exact(4) {
-            let (h, r, t, dh) = (c[0], c[1] as u32, c[2], c[3]);
-            if (deg_of(t), t) < (dh, h) {
-                kept.push((h, r, t));
-            } else {
-                by(&mut back, h, &[h, u64::from(r), t]);
-            }
-        }
-    }
-    for v in exchange(back) {
-        kept.extend(v.chunks_exact(3).map(|c| (c[0], c[1] as u32, c[2])));
-    }
-    kept
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -425,49 +361,6 @@ mod tests {
         assert!(
             e.contains("test.txt:1") && e.contains("relation 'zz'"),
             "{e}"
-        );
-    }
-
-    #[test]
-    fn triples_go_to_the_owner_of_their_lower_degree_entity_once_each() {
-        use std::time::Duration;
-        // Entity 0 is a hub (in every triple); the others are in one or two. 3 ranks, striped.
-        let all: Vec<Triple> = (1..60u64)
-            .map(|i| if i % 2 == 0 { (0, 0, i) } else { (i, 1, 0) })
-            .chain([(5, 2, 7), (7, 2, 9), (4, 3, 4)])
-            .collect();
-        let n = all.len();
-        let got = crate::comm::local::run(3, Duration::from_secs(30), |c| {
-            let part = Partitioner::new(crate::graph::partition::Scheme::Striped, 64, 3);
-            let (lo, hi) = (n * c.rank() / 3, n * (c.rank() + 1) / 3);
-            place_by_endpoint(&c, &part, all[lo..hi].to_vec())
-        });
-        let mut deg = vec![0u64; 64];
-        for &(h, _, t) in &all {
-            deg[h as usize] += 1;
-            deg[t as usize] += 1;
-        }
-        let mut seen = Vec::new();
-        for (rank, mine) in got.iter().enumerate() {
-            for &(h, r, t) in mine {
-                let low = if (deg[t as usize], t) < (deg[h as usize], h) {
-                    t
-                } else {
-                    h
-                };
-                assert_eq!(low % 3, rank as u64, "({h}, {r}, {t}) on rank {rank}");
-                seen.push((h, r, t));
-            }
-        }
-        seen.sort_unstable();
-        let mut want = all.clone();
-        want.sort_unstable();
-        assert_eq!(seen, want, "every triple exactly once");
-        // The hub's 59 triples spread over the other entities' owners.
-        assert!(
-            got.iter().all(|m| m.len() >= 15),
-            "{:?}",
-            got.iter().map(Vec::len).collect::<Vec<_>>()
         );
     }
 }

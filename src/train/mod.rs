@@ -20,8 +20,7 @@ use rustc_hash::FxHashMap;
 use crate::checkpoint::{self, Cursor, Restored, Snapshot, Writing};
 use crate::comm::{Channel, Comm, Posted, ReduceOp};
 use crate::config::{
-    Dtype, Every, FaultKind, Fetch, Kernel, Model, NodeMemory, OnNan, PlaceTriples, Strategy,
-    TrainConfig, Update,
+    Dtype, Every, FaultKind, Fetch, Kernel, Model, NodeMemory, OnNan, Strategy, TrainConfig, Update,
 };
 use crate::error::{Error, Result};
 use crate::graph::triples::{Triple, TripleFile};
@@ -407,8 +406,7 @@ fn run_model<M: model::Model>(
     load_secs: f64,
     estimate: u64,
 ) -> Result<Outcome> {
-    // Triples of a knowledge graph: this rank's contiguous share of the file, then (by default)
-    // those whose lower-degree entity it owns (`--place-triples`); with --valid,
+    // Triples of a knowledge graph: this rank's contiguous share of the file; with --valid,
     // the validation triples and the filter (every training and validation triple) on every
     // rank.
     let triples = if cfg.model.is_kg() {
@@ -428,13 +426,7 @@ fn run_model<M: model::Model>(
             };
             Ok((mine, valid))
         });
-        let (mine, valid) = agree(comm, read)?;
-        let mine = if cfg.place_triples == PlaceTriples::Endpoint && comm.size() > 1 {
-            crate::graph::triples::place_by_endpoint(comm, &g.part, mine)
-        } else {
-            mine
-        };
-        Some((mine, valid))
+        Some(agree(comm, read)?)
     } else {
         None
     };
