@@ -19,7 +19,13 @@ for i, n in enumerate(ents):
         missing += 1
 pbg_rels = sorted({l.split("\t")[1] for l in open(pbg_train)})
 m = h5py.File(f"{ck}/model.v{version}.h5", "r")
-R = np.stack([m[f"model/relations/{pbg_rels.index(r)}/operator/rhs/diagonal"][:] for r in rels]).astype(np.float32)
+op = lambda r, name: m[f"model/relations/{pbg_rels.index(r)}/operator/rhs/{name}"][:]
+if model == "complex":
+    # PBG scores Re(h . conj(r o t)) with its operator on the tail: graphscale's ComplEx
+    # Re(h r conj(t)) with the relation conjugated, halves [re | im] as graphscale's.
+    R = np.stack([np.concatenate([op(r, "real"), -op(r, "imag")]) for r in rels]).astype(np.float32)
+else:
+    R = np.stack([op(r, "diagonal") for r in rels]).astype(np.float32)
 with h5py.File(out, "w") as f:
     f["embeddings"] = E
     f["relations"] = R
