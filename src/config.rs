@@ -1365,6 +1365,26 @@ mod tests {
     }
 
     #[test]
+    fn knowledge_graph_negatives_default_to_the_shard_and_read_from_the_file() {
+        let kg = |text: &str| {
+            let file = RawTrain::from_toml_str(text).unwrap();
+            TrainConfig::from_raw(file.overridden_by(raw())).unwrap()
+        };
+        let c = kg("[training]\nalgorithm = \"distmult\"\n");
+        assert_eq!(c.negatives_from, NegativesFrom::Shard);
+        let c = kg("[training]\nalgorithm = \"distmult\"\nnegatives_from = \"all\"\n");
+        assert_eq!(c.negatives_from, NegativesFrom::All);
+        // A knowledge-graph option on a walk model is refused by name.
+        let e = TrainConfig::from_raw(RawTrain {
+            negatives_from: Some(NegativesFrom::All),
+            ..raw()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--negatives-from"), "{e}");
+    }
+
+    #[test]
     fn auto_update_is_hogwild_only_where_it_applies() {
         let resolve = |r: RawTrain| TrainConfig::from_raw(r).map(|c| c.update);
         assert_eq!(resolve(raw()).unwrap(), Update::Hogwild);
