@@ -293,11 +293,6 @@ pub struct RawTrain {
     /// no negative row is fetched or pushed; the same as all at 1 rank) or from every entity
     #[arg(long, value_enum)]
     pub negatives_from: Option<NegativesFrom>,
-    /// Knowledge-graph models: also score each positive's known entity as a negative
-    /// candidate (the head for (h, r, ?), the tail for (?, r, t)): the candidate a translation
-    /// or rotation model otherwise ranks first (`--self-negatives` or `--self-negatives false`)
-    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
-    pub self_negatives: Option<bool>,
     /// Knowledge-graph models: validation triples (converted with --vocab-from the training
     /// file), ranked (filtered by train and valid) every --valid-every epochs and after the
     /// last; MRR and Hits@10 go to the progress line and the metrics (`valid`)
@@ -412,7 +407,6 @@ struct FileTraining {
     adversarial_temperature: Option<f32>,
     negative_sampling: Option<NegSampling>,
     negatives_from: Option<NegativesFrom>,
-    self_negatives: Option<bool>,
     valid: Option<PathBuf>,
     valid_every: Option<u32>,
     patience: Option<u32>,
@@ -486,7 +480,6 @@ impl RawTrain {
             adversarial_temperature: f.training.adversarial_temperature,
             negative_sampling: f.training.negative_sampling,
             negatives_from: f.training.negatives_from,
-            self_negatives: f.training.self_negatives,
             valid: f.training.valid,
             valid_every: f.training.valid_every,
             patience: f.training.patience,
@@ -550,7 +543,6 @@ impl RawTrain {
             adversarial_temperature,
             negative_sampling,
             negatives_from,
-            self_negatives,
             valid,
             valid_every,
             patience,
@@ -620,7 +612,6 @@ pub struct TrainConfig {
     pub adversarial_temperature: f32,
     pub negative_sampling: NegSampling,
     pub negatives_from: NegativesFrom,
-    pub self_negatives: bool,
     pub valid: Option<PathBuf>,
     pub valid_every: u32,
     /// `--patience`: validations without a better MRR before training stops.
@@ -968,7 +959,6 @@ impl TrainConfig {
             }),
             negative_sampling: r.negative_sampling.unwrap_or(NegSampling::Uniform),
             negatives_from: r.negatives_from.unwrap_or(NegativesFrom::Shard),
-            self_negatives: r.self_negatives.unwrap_or(false),
             valid: r.valid.clone(),
             valid_every: r.valid_every.unwrap_or(5),
             patience: r.patience,
@@ -991,7 +981,6 @@ impl TrainConfig {
             ),
             (r.negative_sampling.is_some(), "--negative-sampling"),
             (r.negatives_from.is_some(), "--negatives-from"),
-            (r.self_negatives.is_some(), "--self-negatives"),
             (r.valid.is_some(), "--valid"),
             (r.valid_every.is_some(), "--valid-every"),
             (r.patience.is_some(), "--patience"),

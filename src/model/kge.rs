@@ -476,9 +476,6 @@ struct Loss {
     reg_weight: f32,
     gamma: f32,
     adversarial: f32,
-    /// `--self-negatives`: each side also scores the known entity as a candidate (h for
-    /// (h, r, ?), t for (?, r, t)), the negative a distance model otherwise ranks first.
-    self_negative: bool,
 }
 
 /// The knowledge-graph model: a score function, its loss, and the relation parameters every
@@ -560,7 +557,6 @@ impl Model for Kge {
                 reg_weight: cfg.reg_weight,
                 gamma: cfg.gamma,
                 adversarial: cfg.adversarial_temperature,
-                self_negative: cfg.self_negatives,
             },
             k: cfg.negatives as usize,
             chunk: cfg.shared_negatives.max(1),
@@ -748,10 +744,8 @@ impl KgePlan {
         let negs = &self.negs[c * k..(c + 1) * k];
         let lo = c * self.chunk;
         let hi = (lo + self.chunk).min(self.pos.len());
-        // The chunk's k negatives, then (with --self-negatives) the known entity.
-        let ks = k + usize::from(l.self_negative);
-        let mut scores = vec![0f32; ks];
-        let mut coef = vec![0f32; ks];
+        let mut scores = vec![0f32; k];
+        let mut coef = vec![0f32; k];
         let (mut gh, mut gt, mut grr) = (vec![0f32; dim], vec![0f32; dim], vec![0f32; rd]);
         let (mut q, mut gq) = (vec![0f32; dim], vec![0f32; dim]);
         let mut loss = 0f64;
@@ -774,14 +768,6 @@ impl KgePlan {
                         psi.score(&q, row(n), l.gamma)
                     };
                 }
-                if l.self_negative {
-                    // Not when the triple is a loop (h, r, h): then it is the truth.
-                    scores[k] = if hs == ts {
-                        f32::NEG_INFINITY
-                    } else {
-                        psi.score(&q, known, l.gamma)
-                    };
-                }
                 let (lv, cp) = side_loss(l, sp, &scores, &mut coef);
                 loss += lv;
                 gq.iter_mut().for_each(|x| *x = 0.0);
@@ -797,9 +783,6 @@ impl KgePlan {
                     psi.grad(&q, row(n), coef[j], &mut gq, dst);
                 }
                 let gknown = if tail { &mut gh } else { &mut gt };
-                if l.self_negative && coef[k] != 0.0 {
-                    psi.grad(&q, known, coef[k], &mut gq, gknown);
-                }
                 l.score.query_grad(tail, known, r, &gq, gknown, &mut grr);
             }
             if l.reg_weight > 0.0 {
@@ -1065,20 +1048,17 @@ mod tests {
             Score::TransE,
             Score::RotatE,
         ] {
-            for (loss, reg, adversarial, self_negative) in [
-                (KgLoss::Softmax, Reg::N3, 0.0, false),
-                (KgLoss::Logistic, Reg::L2, 0.0, false),
-                (KgLoss::Margin, Reg::None, 0.0, false),
-                (KgLoss::Softmax, Reg::None, 0.0, true),
-                (KgLoss::Logistic, Reg::N3, 0.0, true),
-                (KgLoss::Margin, Reg::L2, 0.0, true),
+            for (loss, reg, adversarial) in [
+                (KgLoss::Softmax, Reg::N3, 0.0),
+                (KgLoss::Logistic, Reg::L2, 0.0),
+                (KgLoss::Margin, Reg::None, 0.0),
             ] {
                 let rd = score.rel_dim(d);
                 let rows = rand_vec(&mut rng, nrows * d);
                 let rel = rand_vec(&mut rng, nrel * rd);
                 let mut plan = KgePlan {
-                    pos: vec![[0, 1], [2, 3], [1, 4], [5, 5]],
-                    rels: vec![0, 1, 1, 0],
+                    pos: vec![[0, 1], [2, 3], [1, 4]],
+                    rels: vec![0, 1, 1],
                     negs: vec![5, 3, 0, 4, 2, SKIP],
                     rel: Arc::new(rel.clone()),
                     loss: Loss {
@@ -1088,7 +1068,6 @@ mod tests {
                         reg_weight: 0.05,
                         gamma: 2.0,
                         adversarial,
-                        self_negative,
                     },
                     k: 3,
                     chunk: 2,
@@ -1115,7 +1094,7 @@ mod tests {
                     };
                     assert!(
                         (fd - f64::from(an)).abs() < 3e-2 * (1.0 + fd.abs()),
-                        "{score:?} {loss:?} {reg:?} adv {adversarial} self {self_negative}: value {i}: finite difference {fd}, analytic {an}"
+                        "{score:?} {loss:?} {reg:?} adv {adversarial}: value {i}: finite difference {fd}, analytic {an}"
                     );
                 }
             }
