@@ -1989,12 +1989,12 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         }
 
         // Push: gradient rows to their owners in one exchange; local rows applied directly.
-        // Batched gradients travel in --wire-dtype (f32, or bf16: f32's range), hogwild's
-        // deltas of node-shared runs in f32.
-        let wire = if self.shared.is_some() {
-            Dtype::F32
-        } else {
+        // Batched gradients travel in --wire-dtype (f32, or bf16: f32's range); whatever
+        // hogwild pushes through here, in f32.
+        let wire = if self.cfg.update == Update::Batched {
             self.cfg.wire_dtype
+        } else {
+            Dtype::F32
         };
         let wb = dim * wire.size();
         let t = Timer::start();
