@@ -115,6 +115,22 @@ fn kg_args<'a>(train: &'a Path, model: &'a str, epochs: &'a str) -> Vec<&'a str>
     ]
 }
 
+/// Every rank its own simulated node, one thread each, with metrics and output.
+fn simulated_nodes<'a>(metrics: &'a Path, emb: &'a Path) -> [&'a str; 10] {
+    [
+        "--threads",
+        "1",
+        "--ranks-per-node",
+        "1",
+        "--comm-timeout",
+        "60",
+        "--metrics",
+        s(metrics),
+        "-o",
+        s(emb),
+    ]
+}
+
 fn eval_kg(emb: &Path, test: &Path, filter: &[&Path]) -> serde_json::Value {
     let f: Vec<&str> = filter.iter().map(|x| s(x)).collect();
     let o = run(
@@ -191,22 +207,8 @@ fn distmult_trains_across_simulated_nodes_to_the_same_quality() {
         180,
         &[
             &kg_args(&train, "distmult", "60")[..],
-            &[
-                "--threads",
-                "1",
-                "--ranks-per-node",
-                "1",
-                "--comm-timeout",
-                "60",
-                "--metrics",
-                s(&metrics),
-                "--valid",
-                s(&valid),
-                "--valid-every",
-                "30",
-                "-o",
-                s(&emb),
-            ],
+            &simulated_nodes(&metrics, &emb),
+            &["--valid", s(&valid), "--valid-every", "30"],
         ]
         .concat(),
     );
@@ -278,22 +280,8 @@ fn shard_negatives_keep_negative_rows_at_home_and_bf16_halves_the_push() {
             180,
             &[
                 &kg_args(&train, "distmult", "60")[..],
-                &[
-                    "--negatives-from",
-                    from,
-                    "--wire-dtype",
-                    wire,
-                    "--threads",
-                    "1",
-                    "--ranks-per-node",
-                    "1",
-                    "--comm-timeout",
-                    "60",
-                    "--metrics",
-                    s(&metrics),
-                    "-o",
-                    s(&emb),
-                ],
+                &simulated_nodes(&metrics, &emb),
+                &["--negatives-from", from, "--wire-dtype", wire],
             ]
             .concat(),
         );
