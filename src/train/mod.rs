@@ -2026,7 +2026,6 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         let t = Timer::start();
         // Received rows: [row | matrix << 31][dim x wire], in rank order (deterministic).
         let rec = 4 + wb;
-        let mut row = vec![0f32; dim];
         let mut theirs: Vec<(Vec<u32>, Vec<f32>)> =
             vec![(Vec::new(), Vec::new()); self.shards.len()];
         for b in &recv {
@@ -2041,8 +2040,10 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                     );
                 }
                 theirs[m].0.push(row_id);
-                decode_row(wire, &r[4..], &mut row);
-                theirs[m].1.extend_from_slice(&row);
+                let vals = &mut theirs[m].1;
+                let at = vals.len();
+                vals.resize(at + dim, 0.0);
+                decode_row(wire, &r[4..], &mut vals[at..]);
             }
         }
         if let Some(in_place) = &self.shared {
