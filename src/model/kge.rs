@@ -487,9 +487,9 @@ pub struct Kge {
     chunk: usize,
     uniform: bool,
     entities: u64,
-    /// `--negatives-from shard` on more than one rank: this rank's partition, rank and entity
-    /// count, the only entities its negatives are drawn from.
-    shard: Option<(crate::graph::Partitioner, usize, u64)>,
+    /// `--negatives-from shard` on more than one rank: negatives are drawn among this rank's
+    /// own entities alone.
+    shard: bool,
     rel_dim: usize,
     /// The triple file (its names go into the output).
     graph: std::path::PathBuf,
@@ -562,10 +562,7 @@ impl Model for Kge {
             chunk: cfg.shared_negatives.max(1),
             uniform: cfg.negative_sampling == NegSampling::Uniform,
             entities: g.num_nodes(),
-            shard: (cfg.negatives_from == NegativesFrom::Shard
-                && g.part.ranks() > 1
-                && g.part.num_local(g.rank) > 0)
-                .then(|| (g.part.clone(), g.rank, g.part.num_local(g.rank) as u64)),
+            shard: cfg.negatives_from == NegativesFrom::Shard && g.part.ranks() > 1,
             rel_dim,
             graph: cfg.graph.clone(),
             rel_acc: vec![0.0; rel.len()],
@@ -585,20 +582,20 @@ impl Model for Kge {
         };
         let chunks = triples.len().div_ceil(self.chunk);
         let mut drawn = vec![0u64; chunks * self.k];
-        match &self.shard {
-            Some((part, rank, n)) => {
-                if self.uniform || !neg.fill_local(rng, &mut drawn) {
-                    for d in drawn.iter_mut() {
-                        *d = part.global(*rank, rng.random_range(0..*n) as usize);
-                    }
-                }
-            }
-            None if self.uniform || neg.is_empty() => {
+        let local = self.shard
+            && if self.uniform {
+                neg.fill_local_uniform(rng, &mut drawn)
+            } else {
+                neg.fill_local(rng, &mut drawn) || neg.fill_local_uniform(rng, &mut drawn)
+            };
+        if !local {
+            if self.uniform || neg.is_empty() {
                 for d in drawn.iter_mut() {
                     *d = rng.random_range(0..self.entities);
                 }
+            } else {
+                neg.fill(rng, &mut drawn);
             }
-            None => neg.fill(rng, &mut drawn),
         }
         let negs = drawn.iter().map(|&n| refer(n << 1)).collect();
         let pos = triples

@@ -3,7 +3,7 @@
 //! pool (proportional to its mass) and the pool is all-gathered, so every rank then holds the
 //! same sample of the global distribution and draws from it uniformly.
 
-use rand::Rng as _;
+use rand::{Rng as _, RngExt as _};
 
 use super::alias::AliasTable;
 use super::Rng;
@@ -112,6 +112,21 @@ impl NegativePool {
         };
         for o in out.iter_mut() {
             *o = self.part.global(self.rank, t.sample(rng));
+        }
+        true
+    }
+
+    /// `out.len()` negatives uniform among this rank's own nodes; false, leaving `out`,
+    /// without local nodes.
+    pub fn fill_local_uniform(&self, rng: &mut Rng, out: &mut [u64]) -> bool {
+        let n = self.part.num_local(self.rank);
+        if n == 0 {
+            return false;
+        }
+        for o in out.iter_mut() {
+            *o = self
+                .part
+                .global(self.rank, rng.random_range(0..n as u64) as usize);
         }
         true
     }
