@@ -283,13 +283,16 @@ if [[ "$what" == kg ]]; then
       timeout 7200 mpirun --oversubscribe $place -n "$n" "$BIN" --graph "$K/train.h5" --config "inputs/kg/wn18rr_$m.toml" \
         --threads "$threads" $nodes --comm-timeout 600 ${GS_FLAGS:-} -o "$K/$name.h5" --metrics "$K/$name.jsonl" 2> "$K/$name.log"
       "$BIN" eval kg --embeddings "$K/$name.h5" --test "$K/test.h5" --filter "$K/train.h5,$K/valid.h5" --json > "$K/${name}_test.json"
+      git describe --always --dirty > "$K/$name.commit" 2> /dev/null || echo unknown > "$K/$name.commit"
       cat "$K/${name}_test.json"
     done
   done
   python3 - "$K" "$OUT/kg_wn18rr.json" <<'PYEOF'
 import glob, json, os, sys
 k, out = sys.argv[1], sys.argv[2]
-res = {}
+# Runs this work directory holds replace their entries; the others (models or rank counts not
+# rerun, MODELS/RANKS) stay as the file had them.
+res = json.load(open(out)) if os.path.exists(out) else {}
 for f in sorted(glob.glob(os.path.join(k, "*_test.json"))):
     name = os.path.basename(f)[:-len("_test.json")]
     ms = [json.loads(l) for l in open(os.path.join(k, name + ".jsonl"))]
@@ -298,7 +301,9 @@ for f in sorted(glob.glob(os.path.join(k, "*_test.json"))):
     res[name] = {"test": json.load(open(f)), "train_seconds": train, "triples_per_second": triples / train,
                  "ranks": len(ms), "peak_rss_bytes_max": max(m["peak_rss_bytes"] for m in ms),
                  # as the run's report: collectives sent plus one-sided reads, per triple and epoch
-                 "bytes_per_triple": sum(m["comm_bytes_sent"] + m["one_sided_bytes"] for m in ms) / max(triples, 1)}
+                 "bytes_per_triple": sum(m["comm_bytes_sent"] + m["one_sided_bytes"] for m in ms) / max(triples, 1),
+                 # the checkout the run was made from (its `.commit` file, written beside it)
+                 "commit": open(os.path.join(k, name + ".commit")).read().strip() if os.path.exists(os.path.join(k, name + ".commit")) else None}
     t = res[name]["test"]
     print(f"{name:12s} MRR {t['mrr']:.4f}  H@1 {t['hits@1']:.4f}  H@10 {t['hits@10']:.4f}  train {train:.0f} s  {triples / train / 1e3:.1f}k triples/s  {res[name]['bytes_per_triple']:.0f} B/triple")
 json.dump(res, open(out, "w"), indent=1)
