@@ -8,7 +8,9 @@
 #                                     each also with the earlier remote path (no cache, f32, rma),
 #                                     and 2 and 4 nodes on BlogCatalog relabelled by `reorder`
 #   bench/run_benchmarks.sh kg        knowledge-graph completion on WN18RR: DistMult, ComplEx, TransE,
-#                                     RotatE (inputs/kg/), 1 node and 4 simulated nodes, filtered MRR
+#                                     RotatE (inputs/kg/), 1 node and 4 simulated nodes, filtered MRR;
+#                                     MODELS/RANKS rerun a subset: their entries in kg_wn18rr.json
+#                                     are replaced, the others kept (each names its checkout)
 #   bench/run_benchmarks.sh scaling   graphscale (sharded) against the data-parallel baseline
 #                                     (--strategy replicated, sparse and dense sync) at 1, 2 and 4
 #                                     simulated nodes over shared memory and forced TCP, DeepWalk and
