@@ -271,6 +271,7 @@ fi
 # "1 4": 1 rank x 2 threads, and 4 simulated nodes of 1 rank x 1 thread).
 if [[ "$what" == kg ]]; then
   K="$WORK/kg"; mkdir -p "$K"
+  rev=$(git describe --always --dirty 2> /dev/null || echo unknown)
   W="$DATA/wn18rr"
   "$BIN" convert --triples "$W/train.txt" --names-from "$W/valid.txt,$W/test.txt" -o "$K/train.h5" > /dev/null
   for f in valid test; do
@@ -285,7 +286,7 @@ if [[ "$what" == kg ]]; then
       timeout 7200 mpirun --oversubscribe $place -n "$n" "$BIN" --graph "$K/train.h5" --config "inputs/kg/wn18rr_$m.toml" \
         --threads "$threads" $nodes --comm-timeout 600 ${GS_FLAGS:-} -o "$K/$name.h5" --metrics "$K/$name.jsonl" 2> "$K/$name.log"
       "$BIN" eval kg --embeddings "$K/$name.h5" --test "$K/test.h5" --filter "$K/train.h5,$K/valid.h5" --json > "$K/${name}_test.json"
-      git describe --always --dirty > "$K/$name.commit" 2> /dev/null || echo unknown > "$K/$name.commit"
+      echo "$rev" > "$K/$name.commit"
       cat "$K/${name}_test.json"
     done
   done
@@ -304,7 +305,7 @@ for f in sorted(glob.glob(os.path.join(k, "*_test.json"))):
                  "ranks": len(ms), "peak_rss_bytes_max": max(m["peak_rss_bytes"] for m in ms),
                  # as the run's report: collectives sent plus one-sided reads, per triple and epoch
                  "bytes_per_triple": sum(m["comm_bytes_sent"] + m["one_sided_bytes"] for m in ms) / max(triples, 1),
-                 # the checkout the run was made from (its `.commit` file, written beside it)
+                 # the checkout when the bench started (its `.commit` file, written beside the run)
                  "commit": open(os.path.join(k, name + ".commit")).read().strip() if os.path.exists(os.path.join(k, name + ".commit")) else None}
     t = res[name]["test"]
     print(f"{name:12s} MRR {t['mrr']:.4f}  H@1 {t['hits@1']:.4f}  H@10 {t['hits@10']:.4f}  train {train:.0f} s  {triples / train / 1e3:.1f}k triples/s  {res[name]['bytes_per_triple']:.0f} B/triple")
