@@ -752,7 +752,11 @@ pub struct KgePlan {
 }
 
 impl KgePlan {
-    /// Loss and gradients of one chunk into `g` (rows) and `gr` (relations).
+    /// Loss and gradients of one chunk into `g` (rows) and `gr` (relations). Per side, the
+    /// chunk's b queries (b x d) meet its k negatives (k x d, gathered once) as matrices: for
+    /// the dot-product models the scores Q N^T and the gradients C N and C^T Q (C: b x k loss
+    /// gradients) are three matrix products; the distance models take the same steps pair by
+    /// pair.
     fn chunk_gradients(
         &self,
         c: usize,
@@ -761,6 +765,8 @@ impl KgePlan {
         g: &mut [f32],
         gr: &mut [f32],
     ) -> f64 {
+        use ndarray::linalg::general_mat_mul;
+        use ndarray::{ArrayView2, ArrayViewMut2};
         let l = self.loss;
         let (k, rd) = (self.k, self.rel_dim);
         let psi = l.score.psi();
@@ -768,58 +774,129 @@ impl KgePlan {
         let negs = &self.negs[c * k..(c + 1) * k];
         let lo = c * self.chunk;
         let hi = (lo + self.chunk).min(self.pos.len());
-        let mut scores = vec![0f32; k];
-        let mut coef = vec![0f32; k];
-        let (mut gh, mut gt, mut grr) = (vec![0f32; dim], vec![0f32; dim], vec![0f32; rd]);
-        let (mut q, mut gq) = (vec![0f32; dim], vec![0f32; dim]);
+        let b = hi - lo;
+        let rel = |i: usize| {
+            let ri = self.rels[i] as usize;
+            &self.rel[ri * rd..(ri + 1) * rd]
+        };
+        // Skipped negatives are zero rows here and masked out of the loss.
+        let mut negm = vec![0f32; k * dim];
+        for (dst, &n) in negm.chunks_exact_mut(dim).zip(negs) {
+            if n != SKIP {
+                dst.copy_from_slice(row(n));
+            }
+        }
+        let (mut q, mut gq) = (vec![0f32; b * dim], vec![0f32; b * dim]);
+        let (mut scores, mut coef) = (vec![0f32; b * k], vec![0f32; b * k]);
+        let mut gneg = vec![0f32; k * dim];
+        // Per positive: its head's and its tail's gradient, and its relation's.
+        let (mut gh, mut gt, mut grr) =
+            (vec![0f32; b * dim], vec![0f32; b * dim], vec![0f32; b * rd]);
         let mut loss = 0f64;
-        for i in lo..hi {
+        // Tails corrupted (the query of h and r scores candidate tails), then heads.
+        for tail in [true, false] {
+            for (i, qi) in (lo..hi).zip(q.chunks_exact_mut(dim)) {
+                let [hs, ts] = self.pos[i];
+                l.score
+                    .query(tail, row(if tail { hs } else { ts }), rel(i), qi);
+            }
+            if psi == Psi::Dot {
+                let qv = ArrayView2::from_shape((b, dim), &q).expect("b x d");
+                let nv = ArrayView2::from_shape((k, dim), &negm).expect("k x d");
+                let mut sv = ArrayViewMut2::from_shape((b, k), &mut scores).expect("b x k");
+                general_mat_mul(1.0, &qv, &nv.t(), 0.0, &mut sv);
+            } else {
+                for (qi, si) in q.chunks_exact(dim).zip(scores.chunks_exact_mut(k)) {
+                    for (sij, nj) in si.iter_mut().zip(negm.chunks_exact(dim)) {
+                        *sij = psi.score(qi, nj, l.gamma);
+                    }
+                }
+            }
+            gq.iter_mut().for_each(|x| *x = 0.0);
+            for (x, i) in (lo..hi).enumerate() {
+                let [hs, ts] = self.pos[i];
+                let (truth, true_slot) = if tail { (ts, ts) } else { (hs, hs) };
+                let qi = &q[x * dim..(x + 1) * dim];
+                let si = &mut scores[x * k..(x + 1) * k];
+                for (sij, &n) in si.iter_mut().zip(negs) {
+                    if n == SKIP || n == true_slot {
+                        *sij = f32::NEG_INFINITY;
+                    }
+                }
+                let sp = psi.score(qi, row(truth), l.gamma);
+                let (lv, cp) = side_loss(l, sp, si, &mut coef[x * k..(x + 1) * k]);
+                loss += lv;
+                let gtruth = if tail { &mut gt } else { &mut gh };
+                psi.grad(
+                    qi,
+                    row(truth),
+                    cp,
+                    &mut gq[x * dim..(x + 1) * dim],
+                    &mut gtruth[x * dim..(x + 1) * dim],
+                );
+            }
+            if psi == Psi::Dot {
+                let qv = ArrayView2::from_shape((b, dim), &q).expect("b x d");
+                let nv = ArrayView2::from_shape((k, dim), &negm).expect("k x d");
+                let cv = ArrayView2::from_shape((b, k), &coef).expect("b x k");
+                let mut gqv = ArrayViewMut2::from_shape((b, dim), &mut gq).expect("b x d");
+                general_mat_mul(1.0, &cv, &nv, 1.0, &mut gqv);
+                let mut gnv = ArrayViewMut2::from_shape((k, dim), &mut gneg).expect("k x d");
+                general_mat_mul(1.0, &cv.t(), &qv, 0.0, &mut gnv);
+            } else {
+                gneg.iter_mut().for_each(|x| *x = 0.0);
+                for (x, qi) in q.chunks_exact(dim).enumerate() {
+                    let gqi = &mut gq[x * dim..(x + 1) * dim];
+                    let ci = &coef[x * k..(x + 1) * k];
+                    for ((&cij, nj), gnj) in ci
+                        .iter()
+                        .zip(negm.chunks_exact(dim))
+                        .zip(gneg.chunks_exact_mut(dim))
+                    {
+                        if cij != 0.0 {
+                            psi.grad(qi, nj, cij, gqi, gnj);
+                        }
+                    }
+                }
+            }
+            for (&n, gnj) in negs.iter().zip(gneg.chunks_exact(dim)) {
+                if n != SKIP {
+                    let dst = &mut g[n as usize * dim..(n as usize + 1) * dim];
+                    dst.iter_mut().zip(gnj).for_each(|(a, b)| *a += b);
+                }
+            }
+            for (x, i) in (lo..hi).enumerate() {
+                let [hs, ts] = self.pos[i];
+                let gknown = if tail { &mut gh } else { &mut gt };
+                l.score.query_grad(
+                    tail,
+                    row(if tail { hs } else { ts }),
+                    rel(i),
+                    &gq[x * dim..(x + 1) * dim],
+                    &mut gknown[x * dim..(x + 1) * dim],
+                    &mut grr[x * rd..(x + 1) * rd],
+                );
+            }
+        }
+        for (x, i) in (lo..hi).enumerate() {
             let [hs, ts] = self.pos[i];
             let ri = self.rels[i] as usize;
-            let (h, t, r) = (row(hs), row(ts), &self.rel[ri * rd..(ri + 1) * rd]);
-            gh.iter_mut().for_each(|x| *x = 0.0);
-            gt.iter_mut().for_each(|x| *x = 0.0);
-            grr.iter_mut().for_each(|x| *x = 0.0);
-            // Tails corrupted (the query of h and r scores candidate tails), then heads.
-            for tail in [true, false] {
-                let (known, truth, true_slot) = if tail { (h, t, ts) } else { (t, h, hs) };
-                l.score.query(tail, known, r, &mut q);
-                let sp = psi.score(&q, truth, l.gamma);
-                for (j, &n) in negs.iter().enumerate() {
-                    scores[j] = if n == SKIP || n == true_slot {
-                        f32::NEG_INFINITY
-                    } else {
-                        psi.score(&q, row(n), l.gamma)
-                    };
-                }
-                let (lv, cp) = side_loss(l, sp, &scores, &mut coef);
-                loss += lv;
-                gq.iter_mut().for_each(|x| *x = 0.0);
-                {
-                    let gtruth = if tail { &mut gt } else { &mut gh };
-                    psi.grad(&q, truth, cp, &mut gq, gtruth);
-                }
-                for (j, &n) in negs.iter().enumerate() {
-                    if coef[j] == 0.0 {
-                        continue;
-                    }
-                    let dst = &mut g[n as usize * dim..(n as usize + 1) * dim];
-                    psi.grad(&q, row(n), coef[j], &mut gq, dst);
-                }
-                let gknown = if tail { &mut gh } else { &mut gt };
-                l.score.query_grad(tail, known, r, &gq, gknown, &mut grr);
-            }
+            let (ghx, gtx) = (
+                &mut gh[x * dim..(x + 1) * dim],
+                &mut gt[x * dim..(x + 1) * dim],
+            );
+            let grx = &mut grr[x * rd..(x + 1) * rd];
             if l.reg_weight > 0.0 {
-                loss += l.score.add_reg(l.reg, h, l.reg_weight, &mut gh, false);
-                loss += l.score.add_reg(l.reg, t, l.reg_weight, &mut gt, false);
-                loss += l.score.add_reg(l.reg, r, l.reg_weight, &mut grr, true);
+                loss += l.score.add_reg(l.reg, row(hs), l.reg_weight, ghx, false);
+                loss += l.score.add_reg(l.reg, row(ts), l.reg_weight, gtx, false);
+                loss += l.score.add_reg(l.reg, rel(i), l.reg_weight, grx, true);
             }
-            for (s, v) in [(hs, &gh), (ts, &gt)] {
+            for (s, v) in [(hs, &*ghx), (ts, &*gtx)] {
                 let dst = &mut g[s as usize * dim..(s as usize + 1) * dim];
-                dst.iter_mut().zip(v.iter()).for_each(|(a, b)| *a += b);
+                dst.iter_mut().zip(v).for_each(|(a, b)| *a += b);
             }
             let dst = &mut gr[ri * rd..(ri + 1) * rd];
-            dst.iter_mut().zip(&grr).for_each(|(a, b)| *a += b);
+            dst.iter_mut().zip(grx.iter()).for_each(|(a, b)| *a += b);
         }
         loss
     }
