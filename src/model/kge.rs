@@ -815,11 +815,11 @@ impl KgePlan {
             gq.iter_mut().for_each(|x| *x = 0.0);
             for (x, i) in (lo..hi).enumerate() {
                 let [hs, ts] = self.pos[i];
-                let (truth, true_slot) = if tail { (ts, ts) } else { (hs, hs) };
+                let truth = if tail { ts } else { hs };
                 let qi = &q[x * dim..(x + 1) * dim];
                 let si = &mut scores[x * k..(x + 1) * k];
                 for (sij, &n) in si.iter_mut().zip(negs) {
-                    if n == SKIP || n == true_slot {
+                    if n == SKIP || n == truth {
                         *sij = f32::NEG_INFINITY;
                     }
                 }
