@@ -269,13 +269,13 @@ impl Psi {
     fn score(self, q: &[f32], x: &[f32], gamma: f32) -> f32 {
         match self {
             Psi::Dot => super::dot(q, x),
-            Psi::L1 => gamma - sum8(q, x, q, x, |a, b, _, _| (a - b).abs()),
+            Psi::L1 => gamma - sum8([q, x], |[a, b]| (a - b).abs()),
             Psi::Moduli => {
                 let m = q.len() / 2;
                 let (qr, qi) = q.split_at(m);
                 let (xr, xi) = x[..2 * m].split_at(m);
                 gamma
-                    - sum8(qr, qi, xr, xi, |qr, qi, xr, xi| {
+                    - sum8([qr, qi, xr, xi], |[qr, qi, xr, xi]| {
                         let (ur, ui) = (qr - xr, qi - xi);
                         (ur * ur + ui * ui).sqrt()
                     })
@@ -328,25 +328,25 @@ impl Psi {
     }
 }
 
-/// `sum_k f(a_k, b_k, c_k, d_k)` over equal-length slices, summed in 8 independent lanes over
-/// whole chunks (a float sum in one accumulator is a serial chain the compiler may not reorder;
-/// eight lanes over fixed-size chunks vectorise).
+/// `sum_k f([s_0[k], s_1[k], ...])` over the slices `s` (the length of the first), summed in 8
+/// independent lanes over whole chunks (a float sum in one accumulator is a serial chain the
+/// compiler may not reorder; eight lanes over fixed-size chunks vectorise).
 #[inline(always)]
-fn sum8(a: &[f32], b: &[f32], c: &[f32], d: &[f32], f: impl Fn(f32, f32, f32, f32) -> f32) -> f32 {
-    let n = a.len();
-    let (b, c, d) = (&b[..n], &c[..n], &d[..n]);
+fn sum8<const N: usize>(s: [&[f32]; N], f: impl Fn([f32; N]) -> f32) -> f32 {
+    let n = s[0].len();
+    let s: [&[f32]; N] = std::array::from_fn(|i| &s[i][..n]);
+    let whole = n - n % 8;
     let mut acc = [0f32; 8];
-    let chunks = a
-        .chunks_exact(8)
-        .zip(b.chunks_exact(8))
-        .zip(c.chunks_exact(8).zip(d.chunks_exact(8)));
-    for ((a, b), (c, d)) in chunks {
-        for l in 0..8 {
-            acc[l] += f(a[l], b[l], c[l], d[l]);
+    for base in (0..whole).step_by(8) {
+        let c: [&[f32; 8]; N] =
+            std::array::from_fn(|i| s[i][base..base + 8].try_into().expect("8 floats"));
+        for (l, a) in acc.iter_mut().enumerate() {
+            *a += f(std::array::from_fn(|i| c[i][l]));
         }
     }
-    let whole = n - n % 8;
-    let rest: f32 = (whole..n).map(|k| f(a[k], b[k], c[k], d[k])).sum();
+    let rest: f32 = (whole..n)
+        .map(|k| f(std::array::from_fn(|i| s[i][k])))
+        .sum();
     acc.iter().sum::<f32>() + rest
 }
 
