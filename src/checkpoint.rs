@@ -754,7 +754,7 @@ pub struct Writing {
 
 /// Has `comm.rank()`'s writer finished? (for the collective decision to commit)
 pub fn writer_done(w: &Option<Writing>) -> bool {
-    w.as_ref().map_or(true, |w| w.handle.is_finished())
+    w.as_ref().is_none_or(|w| w.handle.is_finished())
 }
 
 /// Collective: wait for every rank's writer, agree on the outcome, commit on rank 0.

@@ -993,7 +993,7 @@ impl TrainConfig {
             if c.strategy == Strategy::Replicated {
                 errs.push("--strategy replicated (the data-parallel baseline) trains the walk and edge models; knowledge-graph models train sharded".into());
             }
-            if matches!(model, Model::Complex | Model::Rotate) && c.dim % 2 != 0 {
+            if matches!(model, Model::Complex | Model::Rotate) && !c.dim.is_multiple_of(2) {
                 errs.push(format!("--model {}: --dim must be even (complex coordinates: real and imaginary halves), got {}", format!("{model:?}").to_lowercase(), c.dim));
             }
             if !(c.reg_weight.is_finite() && c.reg_weight >= 0.0) {

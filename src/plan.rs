@@ -486,7 +486,7 @@ fn finish(
         main_seconds_per_epoch: main,
         communication_seconds_per_epoch: comm,
         seconds_per_epoch: seconds,
-        fits: job.mem_per_node.map_or(true, |m| per_node <= m),
+        fits: job.mem_per_node.is_none_or(|m| per_node <= m),
     }
 }
 

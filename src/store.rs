@@ -404,10 +404,9 @@ impl Shard {
         let span = self.window.node_span()?;
         let (base, len) = span.mapping?;
         let fits = len / rb <= u32::MAX as usize
-            && span
-                .parts
-                .iter()
-                .all(|&(r, at, n)| n == 0 || (at as usize - base as usize) % rb == 0 && r < ranks);
+            && span.parts.iter().all(|&(r, at, n)| {
+                n == 0 || (at as usize - base as usize).is_multiple_of(rb) && r < ranks
+            });
         if !fits {
             return None;
         }

@@ -533,7 +533,10 @@ fn a_killed_knowledge_graph_run_resumes_with_its_relations() {
         .nth(1)
         .unwrap_or_else(|| panic!("no resume line: {}", o.stderr));
     let step: u64 = tail[..tail.find(')').unwrap()].parse().unwrap();
-    assert!(step % 20 == 0 && (40..=140).contains(&step), "step {step}");
+    assert!(
+        step.is_multiple_of(20) && (40..=140).contains(&step),
+        "step {step}"
+    );
     let m = eval_kg(&emb, &test, &[&train, &valid]);
     let mrr = m["mrr"].as_f64().unwrap();
     assert!(mrr > 0.6, "resumed at 3 ranks: filtered MRR {mrr}: {m}");

@@ -82,7 +82,9 @@ impl NodeGraph {
                 continue;
             }
             assert!(
-                offsets.is_aligned() && (targets as usize) % width == 0 && cum.is_aligned(),
+                offsets.is_aligned()
+                    && (targets as usize).is_multiple_of(width)
+                    && cum.is_aligned(),
                 "node-shared adjacency is not aligned"
             );
             peers[rank] = Some(Mapped {

@@ -401,7 +401,7 @@ fn order_nodes(
         let mean = vol.iter().sum::<u64>() as f64 / parts as f64;
         let over = vol.iter().copied().max().unwrap_or(0) as f64 / mean.max(1.0) > 1.05 + 1e-9;
         let key = (over, cut);
-        if best.as_ref().map_or(true, |(b, _)| key < *b) {
+        if best.as_ref().is_none_or(|(b, _)| key < *b) {
             best = Some((key, order));
         }
     }

@@ -21,6 +21,7 @@
 use std::sync::Arc;
 
 use rand::RngExt;
+use wide::f32x8;
 
 use super::{Cells, Grads, Model, Plan, Work, SKIP};
 use crate::config::{KgLoss, Model as Kind, NegSampling, NegativesFrom, Reg, TrainConfig};
@@ -902,6 +903,39 @@ impl KgePlan {
     }
 }
 
+/// The largest of `init` and `xs` (8 lanes; NEG_INFINITY entries are skipped ones).
+fn max8(init: f32, xs: &[f32]) -> f32 {
+    let mut lanes = f32x8::splat(init);
+    let chunks = xs.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        lanes = lanes.max(f32x8::new(c.try_into().expect("8 lanes")));
+    }
+    tail.iter()
+        .copied()
+        .fold(lanes.to_array().into_iter().fold(init, f32::max), f32::max)
+}
+
+/// `out[i] = exp(a * (xs[i] - m))` in 8 lanes (a NEG_INFINITY entry, a skipped negative, gives
+/// 0); returns their sum. `m` is the largest entry, so nothing overflows.
+fn exp_shifted(a: f32, m: f32, xs: &[f32], out: &mut [f32]) -> f32 {
+    let (va, vm) = (f32x8::splat(a), f32x8::splat(m));
+    let mut sum = f32x8::ZERO;
+    let (xc, oc) = (xs.chunks_exact(8), out.chunks_exact_mut(8));
+    let (xt, rest) = (xc.remainder(), xc.len() * 8);
+    for (x, o) in xc.zip(oc) {
+        let e = (va * (f32x8::new(x.try_into().expect("8 lanes")) - vm)).exp();
+        o.copy_from_slice(&e.to_array());
+        sum += e;
+    }
+    let mut z = sum.reduce_add();
+    for (o, &x) in out[rest..].iter_mut().zip(xt) {
+        *o = (a * (x - m)).exp();
+        z += *o;
+    }
+    z
+}
+
 /// The loss of one side of a positive with score `sp` against `scores` (NEG_INFINITY:
 /// skipped). Writes each negative's loss gradient to `coef`; returns (loss, the positive's).
 fn side_loss(l: Loss, sp: f32, scores: &[f32], coef: &mut [f32]) -> (f64, f32) {
@@ -912,31 +946,20 @@ fn side_loss(l: Loss, sp: f32, scores: &[f32], coef: &mut [f32]) -> (f64, f32) {
     }
     match l.loss {
         KgLoss::Softmax => {
-            let m = scores.iter().copied().fold(sp, f32::max);
-            let mut z = (sp - m).exp();
-            for (c, &s) in coef.iter_mut().zip(scores) {
-                if s.is_finite() {
-                    *c = (s - m).exp();
-                    z += *c;
-                }
-            }
-            coef.iter_mut().for_each(|c| *c /= z);
-            let pp = (sp - m).exp() / z;
+            let m = max8(sp, scores);
+            let z = (sp - m).exp() + exp_shifted(1.0, m, scores, coef);
+            let inv = 1.0 / z;
+            coef.iter_mut().for_each(|c| *c *= inv);
+            let pp = (sp - m).exp() * inv;
             (f64::from(m + z.ln() - sp), pp - 1.0)
         }
         KgLoss::Logistic => {
             // Negatives weighted uniformly, or by softmax(alpha * score) (self-adversarial; the
             // weights are constants of the gradient).
             if l.adversarial > 0.0 {
-                let m = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut z = 0f32;
-                for (c, &s) in coef.iter_mut().zip(scores) {
-                    if s.is_finite() {
-                        *c = (l.adversarial * (s - m)).exp();
-                        z += *c;
-                    }
-                }
-                coef.iter_mut().for_each(|c| *c /= z);
+                let m = max8(f32::NEG_INFINITY, scores);
+                let inv = 1.0 / exp_shifted(l.adversarial, m, scores, coef);
+                coef.iter_mut().for_each(|c| *c *= inv);
             } else {
                 for (c, &s) in coef.iter_mut().zip(scores) {
                     if s.is_finite() {
@@ -1036,6 +1059,97 @@ mod tests {
 
     fn rand_vec(rng: &mut Rng, n: usize) -> Vec<f32> {
         (0..n).map(|_| rng.random_range(-0.8f32..0.8)).collect()
+    }
+
+    #[test]
+    fn lane_softmax_and_adversarial_weights_equal_the_scalar_formulas() {
+        let mut rng = crate::sample::rng_for(5, 0, 0);
+        // 8-lane chunks and a remainder; skipped negatives (NEG_INFINITY) in both.
+        for k in [3, 8, 21] {
+            let mut scores: Vec<f32> = rand_vec(&mut rng, k).iter().map(|x| 9.0 * x).collect();
+            scores[1] = f32::NEG_INFINITY;
+            scores[k - 1] = f32::NEG_INFINITY;
+            let sp = 0.3;
+            for (loss, adversarial) in [(KgLoss::Softmax, 0.0), (KgLoss::Logistic, 0.5)] {
+                let l = Loss {
+                    score: Score::DistMult,
+                    loss,
+                    reg: Reg::None,
+                    reg_weight: 0.0,
+                    gamma: 0.0,
+                    adversarial,
+                };
+                let mut coef = vec![f32::NAN; k];
+                let (value, cp) = side_loss(l, sp, &scores, &mut coef);
+                // The scalar formulas, in f64.
+                let live = || {
+                    scores
+                        .iter()
+                        .filter(|s| s.is_finite())
+                        .map(|&s| f64::from(s))
+                };
+                let (want, want_cp, w): (f64, f64, Vec<f64>) = if loss == KgLoss::Softmax {
+                    let z = f64::from(sp).exp() + live().map(f64::exp).sum::<f64>();
+                    let p = |s: f32| {
+                        if s.is_finite() {
+                            f64::from(s).exp() / z
+                        } else {
+                            0.0
+                        }
+                    };
+                    let w = scores.iter().map(|&s| p(s)).collect();
+                    (z.ln() - f64::from(sp), p(sp) - 1.0, w)
+                } else {
+                    let a = f64::from(adversarial);
+                    let z: f64 = live().map(|s| (a * s).exp()).sum();
+                    let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
+                    let p: Vec<f64> = scores
+                        .iter()
+                        .map(|&s| {
+                            if s.is_finite() {
+                                (a * f64::from(s)).exp() / z
+                            } else {
+                                0.0
+                            }
+                        })
+                        .collect();
+                    let value = -sig(f64::from(sp)).ln()
+                        - scores
+                            .iter()
+                            .zip(&p)
+                            .filter(|(s, _)| s.is_finite())
+                            .map(|(&s, p)| p * sig(-f64::from(s)).ln())
+                            .sum::<f64>();
+                    let w = scores
+                        .iter()
+                        .zip(&p)
+                        .map(|(&s, p)| {
+                            if s.is_finite() {
+                                p * sig(f64::from(s))
+                            } else {
+                                0.0
+                            }
+                        })
+                        .collect();
+                    (value, sig(f64::from(sp)) - 1.0, w)
+                };
+                let close = |a: f64, b: f64| (a - b).abs() < 1e-5 * (1.0 + b.abs());
+                assert!(
+                    close(value, want),
+                    "{loss:?} k {k}: loss {value}, want {want}"
+                );
+                assert!(
+                    close(f64::from(cp), want_cp),
+                    "{loss:?} k {k}: {cp} against {want_cp}"
+                );
+                for (i, (&c, &w)) in coef.iter().zip(&w).enumerate() {
+                    assert!(
+                        close(f64::from(c), w),
+                        "{loss:?} k {k}: coef {i}: {c}, want {w}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

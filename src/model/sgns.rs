@@ -271,7 +271,7 @@ fn plan(
         pidx.push([refer(c << 1), refer((x << 1) | tm)]);
         if drawn.is_empty() {
             // No negatives exist (a graph without edges): every draw is skipped.
-            nidx.extend(std::iter::repeat(SKIP).take(k));
+            nidx.extend(std::iter::repeat_n(SKIP, k));
             continue;
         }
         let d = &drawn[i / share * k..(i / share + 1) * k];
@@ -512,7 +512,7 @@ pub fn sgd_segments(
                         mi += 1;
                     }
                     // Unsampled groups return 0 (or NaN): only sampled ones are scaled.
-                    let sampled = g % LOSS_SAMPLE_GROUPS == 0;
+                    let sampled = g.is_multiple_of(LOSS_SAMPLE_GROUPS);
                     let l = blk.update(mi, tl, lr, sampled, |r| row(false, r));
                     loss += if sampled {
                         l * LOSS_SAMPLE_GROUPS as f64
@@ -668,7 +668,7 @@ impl Block {
             target_feature = "avx2",
             target_feature = "fma"
         ))]
-        if d % 8 == 0 && (1..=FUSED_TARGETS).contains(&nt) {
+        if d.is_multiple_of(8) && (1..=FUSED_TARGETS).contains(&nt) {
             self.update_fused(m, nt, target);
             return loss;
         }
@@ -810,7 +810,12 @@ const FUSED_TARGETS: usize = 6;
 fn fused<const T: usize>(v: &mut [f32], slots: &[usize], u: &[f32], gb: &[f32], du: &mut [f32]) {
     use std::arch::x86_64::*;
     let d = u.len() / T.max(1);
-    assert!(d % 8 == 0 && u.len() == T * d && du.len() == T * d && gb.len() == slots.len() * T * 8);
+    assert!(
+        d.is_multiple_of(8)
+            && u.len() == T * d
+            && du.len() == T * d
+            && gb.len() == slots.len() * T * 8
+    );
     assert!(slots.iter().all(|&s| (s + 1) * d <= v.len()));
     // SAFETY: AVX2 and FMA are enabled for this build (cfg above). Every access is 8 floats at
     // offset c < d (multiples of 8) inside a row of d floats: row t of `u` or `du` (T rows,
@@ -980,7 +985,7 @@ fn dots<const N: usize>(v: &[f32], rows: [&[f32]; N], s: &mut [f32]) {
         target_feature = "avx2",
         target_feature = "fma"
     ))]
-    if d % 8 == 0 {
+    if d.is_multiple_of(8) {
         use std::arch::x86_64::*;
         // SAFETY: AVX2 and FMA are enabled for this build (cfg above). Every load reads 8
         // floats at offset c < d, c a multiple of 8 and d too, from `v` or a row, each of
@@ -1034,7 +1039,7 @@ fn dots2<const N: usize>(
         target_feature = "avx2",
         target_feature = "fma"
     ))]
-    if d % 8 == 0 {
+    if d.is_multiple_of(8) {
         use std::arch::x86_64::*;
         // SAFETY: as in `dots`: AVX2 and FMA are enabled for this build, and every load reads
         // 8 floats at offset c < d (multiples of 8) of a slice of length d (asserted).
@@ -1076,7 +1081,7 @@ fn combine2<const N: usize>(
         target_feature = "avx2",
         target_feature = "fma"
     ))]
-    if d % 8 == 0 {
+    if d.is_multiple_of(8) {
         use std::arch::x86_64::*;
         // SAFETY: as in `combine`: AVX2 and FMA are enabled for this build; every access is 8
         // floats at offset c < d (multiples of 8) of a slice of length d (asserted); the two
@@ -1111,7 +1116,7 @@ fn combine<const N: usize>(g: [f32; N], rows: [&[f32]; N], out: &mut [f32]) {
         target_feature = "avx2",
         target_feature = "fma"
     ))]
-    if d % 8 == 0 {
+    if d.is_multiple_of(8) {
         use std::arch::x86_64::*;
         // SAFETY: AVX2 and FMA are enabled for this build (cfg above). Every load and store
         // touches 8 floats at offset c < d, c a multiple of 8 and d too, of `out` or a row,

@@ -714,11 +714,11 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         };
         let (due, all_done) = match ck.every {
             _ if force => (true, true),
-            Every::Steps(n) if ck.writing.is_none() => (self.step % n == 0, true),
+            Every::Steps(n) if ck.writing.is_none() => (self.step.is_multiple_of(n), true),
             Every::Steps(n) => {
                 let (_, done) =
                     checkpoint::poll(self.comm, false, checkpoint::writer_done(&ck.writing));
-                (self.step % n == 0, done)
+                (self.step.is_multiple_of(n), done)
             }
             Every::Seconds(t) => {
                 // Rank 0's clock decides, so that all ranks checkpoint at the same step.
@@ -1167,7 +1167,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
     fn train(&mut self, work: Work, lr: f32) {
         let cfg = self.cfg;
         let (comm, g, dim) = (self.comm, self.g, cfg.dim);
-        if self.step % NEG_REFRESH == 0 || self.next_pool.is_none() {
+        if self.step.is_multiple_of(NEG_REFRESH) || self.next_pool.is_none() {
             // Split phase: the pool drawn NEG_REFRESH steps ago is installed and the next one
             // posted, so ranks a few steps apart never wait here. Without one under way (the
             // first step, after a resume or a drain) the pool is drawn on the spot.
