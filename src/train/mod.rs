@@ -990,8 +990,9 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         });
     }
 
-    /// Knowledge graphs: every epoch shuffles this rank's triples and trains them in steps of
-    /// its share of `--batch-size`; every rank takes the same number of steps (the largest
+    /// Knowledge graphs: every epoch shuffles the triples this rank holds (its share of the
+    /// file, or with shard negatives the share the ring has passed it) and trains them in steps
+    /// of its share of `--batch-size`; every rank takes the same number of steps (the largest
     /// share's), the others with empty batches. Adagrad's learning rate stays constant.
     fn train_triples(
         &mut self,
