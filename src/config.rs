@@ -79,6 +79,17 @@ pub enum NegativesFrom {
     Shard,
 }
 
+/// How much each knowledge-graph training triple weighs in the loss (`--triple-weights`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum TripleWeights {
+    /// Every triple alike
+    Uniform,
+    /// The RotatE code's subsampling weight 1/sqrt(#(h, r) + #(r, t) + 6), normalised to mean
+    /// 1: triples whose head and relation (or relation and tail) recur weigh less
+    Subsampling,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
@@ -293,6 +304,10 @@ pub struct RawTrain {
     /// no negative row is fetched or pushed; the same as all at 1 rank) or from every entity
     #[arg(long, value_enum)]
     pub negatives_from: Option<NegativesFrom>,
+    /// Knowledge-graph models: weight each triple's loss alike (uniform) or by the RotatE code's
+    /// subsampling weight, 1/sqrt of how often its (head, relation) and (relation, tail) occur
+    #[arg(long, value_enum)]
+    pub triple_weights: Option<TripleWeights>,
     /// Knowledge-graph models: validation triples (converted with --vocab-from the training
     /// file), ranked (filtered by train and valid) every --valid-every epochs and after the
     /// last; MRR and Hits@10 go to the progress line and the metrics (`valid`)
@@ -407,6 +422,7 @@ struct FileTraining {
     adversarial_temperature: Option<f32>,
     negative_sampling: Option<NegSampling>,
     negatives_from: Option<NegativesFrom>,
+    triple_weights: Option<TripleWeights>,
     valid: Option<PathBuf>,
     valid_every: Option<u32>,
     patience: Option<u32>,
@@ -480,6 +496,7 @@ impl RawTrain {
             adversarial_temperature: f.training.adversarial_temperature,
             negative_sampling: f.training.negative_sampling,
             negatives_from: f.training.negatives_from,
+            triple_weights: f.training.triple_weights,
             valid: f.training.valid,
             valid_every: f.training.valid_every,
             patience: f.training.patience,
@@ -543,6 +560,7 @@ impl RawTrain {
             adversarial_temperature,
             negative_sampling,
             negatives_from,
+            triple_weights,
             valid,
             valid_every,
             patience,
@@ -612,6 +630,7 @@ pub struct TrainConfig {
     pub adversarial_temperature: f32,
     pub negative_sampling: NegSampling,
     pub negatives_from: NegativesFrom,
+    pub triple_weights: TripleWeights,
     pub valid: Option<PathBuf>,
     pub valid_every: u32,
     /// `--patience`: validations without a better MRR before training stops.
@@ -959,6 +978,7 @@ impl TrainConfig {
             }),
             negative_sampling: r.negative_sampling.unwrap_or(NegSampling::Uniform),
             negatives_from: r.negatives_from.unwrap_or(NegativesFrom::Shard),
+            triple_weights: r.triple_weights.unwrap_or(TripleWeights::Uniform),
             valid: r.valid.clone(),
             valid_every: r.valid_every.unwrap_or(5),
             patience: r.patience,
@@ -981,6 +1001,7 @@ impl TrainConfig {
             ),
             (r.negative_sampling.is_some(), "--negative-sampling"),
             (r.negatives_from.is_some(), "--negatives-from"),
+            (r.triple_weights.is_some(), "--triple-weights"),
             (r.valid.is_some(), "--valid"),
             (r.valid_every.is_some(), "--valid-every"),
             (r.patience.is_some(), "--patience"),

@@ -492,7 +492,8 @@ fn patience_stops_training_when_validation_stalls() {
 
 /// Checkpoints of a knowledge-graph run hold the entity rows and the relations with their
 /// optimizer state: a run killed mid-epoch resumes at another rank count to full quality, and
-/// resuming the finished run trains nothing and scores exactly as its output did.
+/// resuming the finished run trains nothing and scores exactly as its output did. (Its triples
+/// weigh by `--triple-weights subsampling`, counted at each rank count.)
 #[test]
 fn a_killed_knowledge_graph_run_resumes_with_its_relations() {
     let d = tmp();
@@ -503,7 +504,10 @@ fn a_killed_knowledge_graph_run_resumes_with_its_relations() {
         p(d.path(), "m.jsonl"),
     );
     let mut args = kg_args(&train, "distmult", "60");
+    // Triple weights counted over the ranks' shares at 2 ranks and again at 3.
     args.extend_from_slice(&[
+        "--triple-weights",
+        "subsampling",
         "--threads",
         "1",
         "--comm-timeout",

@@ -15,6 +15,28 @@ use crate::error::{Error, Result};
 /// One triple: (head entity, relation, tail entity).
 pub type Triple = (NodeId, u32, NodeId);
 
+/// A training triple and the weight of its loss (`--triple-weights`; 1 when uniform): 24 bytes,
+/// as a [`Triple`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Weighted {
+    pub h: NodeId,
+    pub t: NodeId,
+    pub r: u32,
+    pub w: f32,
+}
+
+impl Weighted {
+    /// Weight 1.
+    pub fn plain(&(h, r, t): &Triple) -> Weighted {
+        Weighted { h, t, r, w: 1.0 }
+    }
+
+    /// (head, relation, tail).
+    pub fn triple(&self) -> Triple {
+        (self.h, self.r, self.t)
+    }
+}
+
 /// Entity and relation names to dense ids: grown in order of first appearance, or fixed (read
 /// from a converted file; an unknown name is an error).
 pub struct Vocab {

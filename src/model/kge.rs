@@ -628,11 +628,12 @@ impl Model for Kge {
         let negs = drawn.iter().map(|&n| refer(n << 1)).collect();
         let pos = triples
             .iter()
-            .map(|&(h, _, t)| [refer(h << 1), refer(t << 1)])
+            .map(|x| [refer(x.h << 1), refer(x.t << 1)])
             .collect();
         KgePlan {
             pos,
-            rels: triples.iter().map(|&(_, r, _)| r).collect(),
+            rels: triples.iter().map(|x| x.r).collect(),
+            weights: triples.iter().map(|x| x.w).collect(),
             negs,
             rel: Arc::clone(&self.rel),
             loss: self.loss,
@@ -739,11 +740,12 @@ impl Model for Kge {
     }
 }
 
-/// A planned batch of triples: per positive its (head, tail) row references and relation;
-/// per chunk of `chunk` positives `k` negative references.
+/// A planned batch of triples: per positive its (head, tail) row references, relation and the
+/// weight of its loss; per chunk of `chunk` positives `k` negative references.
 pub struct KgePlan {
     pos: Vec<[u32; 2]>,
     rels: Vec<u32>,
+    weights: Vec<f32>,
     negs: Vec<u32>,
     rel: Arc<Vec<f32>>,
     loss: Loss,
@@ -825,8 +827,13 @@ impl KgePlan {
                     }
                 }
                 let sp = psi.score(qi, row(truth), l.gamma);
-                let (lv, cp) = side_loss(l, sp, si, &mut coef[x * k..(x + 1) * k]);
-                loss += lv;
+                let ci = &mut coef[x * k..(x + 1) * k];
+                let (lv, cp) = side_loss(l, sp, si, ci);
+                // The triple's weight scales its side's loss, so all of its gradient.
+                let w = self.weights[i];
+                ci.iter_mut().for_each(|c| *c *= w);
+                let cp = cp * w;
+                loss += lv * f64::from(w);
                 let gtruth = if tail { &mut gt } else { &mut gh };
                 psi.grad(
                     qi,
@@ -1252,7 +1259,8 @@ mod tests {
     }
 
     /// The plan's summed loss against finite differences of every row and relation value:
-    /// each loss with regularisation, both sides, shared negatives (one equal to a true tail).
+    /// each loss with regularisation, both sides, shared negatives (one equal to a true tail),
+    /// triples of different weights.
     /// (Self-adversarial weights are constants of the gradient, so they are left out here.)
     #[test]
     fn plan_gradients_match_finite_differences_of_the_batch_loss() {
@@ -1275,6 +1283,7 @@ mod tests {
                 let mut plan = KgePlan {
                     pos: vec![[0, 1], [2, 3], [1, 4]],
                     rels: vec![0, 1, 1],
+                    weights: vec![1.0, 0.4, 2.5],
                     negs: vec![5, 3, 0, 4, 2, SKIP],
                     rel: Arc::new(rel.clone()),
                     loss: Loss {
@@ -1314,6 +1323,52 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// A triple's weight scales its loss and every gradient it contributes (without
+    /// regularisation, which is not weighted): weights w give w times the plan of weight 1.
+    #[test]
+    fn a_triple_weight_scales_its_loss_and_gradients() {
+        let mut rng = crate::sample::rng_for(5, 0, 0);
+        let (d, nrows) = (8, 5);
+        for score in [Score::DistMult, Score::RotatE] {
+            let rd = score.rel_dim(d);
+            let rows = rand_vec(&mut rng, nrows * d);
+            let plan = |w: f32| KgePlan {
+                pos: vec![[0, 1], [2, 3]],
+                rels: vec![0, 0],
+                weights: vec![w; 2],
+                negs: vec![4, 3, 1],
+                rel: Arc::new(rand_vec(&mut crate::sample::rng_for(6, 0, 0), rd)),
+                loss: Loss {
+                    score,
+                    loss: KgLoss::Logistic,
+                    reg: Reg::None,
+                    reg_weight: 0.0,
+                    gamma: 2.0,
+                    adversarial: 0.5,
+                },
+                k: 3,
+                chunk: 2,
+                rel_dim: rd,
+            };
+            let (one, w) = (plan(1.0).gradients(&rows, d), 2.5f32);
+            let heavy = plan(w).gradients(&rows, d);
+            assert!(one.loss > 0.0);
+            assert!((heavy.loss - f64::from(w) * one.loss).abs() < 1e-5 * one.loss);
+            for (a, b) in one
+                .rows
+                .iter()
+                .chain(&one.replicated)
+                .zip(heavy.rows.iter().chain(&heavy.replicated))
+            {
+                assert!(
+                    (b - w * a).abs() <= 1e-5 * (1.0 + a.abs()),
+                    "{score:?}: {b} against {w} x {a}"
+                );
+            }
+            assert!(one.rows.iter().any(|&g| g != 0.0));
         }
     }
 }

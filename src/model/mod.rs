@@ -20,7 +20,7 @@ use cells::Shared;
 
 use crate::config::TrainConfig;
 use crate::error::Result;
-use crate::graph::triples::Triple;
+use crate::graph::triples::{Triple, Weighted};
 use crate::graph::{LocalGraph, NodeId};
 use crate::sample::negatives::NegativePool;
 use crate::sample::walk::Segments;
@@ -39,8 +39,8 @@ pub enum Work<'a> {
     Pairs(&'a [(NodeId, NodeId)]),
     /// Walk segments, trained token by token.
     Segments(&'a Segments),
-    /// Knowledge-graph triples (head, relation, tail).
-    Triples(&'a [Triple]),
+    /// Knowledge-graph triples (head, relation, tail) and the weights of their losses.
+    Triples(&'a [Weighted]),
 }
 
 /// What [`Plan::gradients`] returns: the gradient of every row of the batch (laid out like its

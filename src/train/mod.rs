@@ -8,6 +8,7 @@
 //! consistency contract.
 
 pub mod cache;
+mod kg;
 pub mod output;
 mod replicated;
 
@@ -23,7 +24,7 @@ use crate::config::{
     Dtype, Every, FaultKind, Fetch, Kernel, Model, NodeMemory, OnNan, Strategy, TrainConfig, Update,
 };
 use crate::error::{Error, Result};
-use crate::graph::triples::{Triple, TripleFile};
+use crate::graph::triples::{Triple, TripleFile, Weighted};
 use crate::graph::{csr, LocalGraph, NodeId, Partitioner};
 use crate::model::cells::Shared;
 use crate::model::{self, cells, kge::Kge, sgns::Sgns, Cells, Plan, Work};
@@ -426,7 +427,8 @@ fn run_model<M: model::Model>(
             };
             Ok((mine, valid))
         });
-        Some(agree(comm, read)?)
+        let (mine, valid) = agree(comm, read)?;
+        Some((kg::weigh(comm, &mine, cfg.triple_weights), valid))
     } else {
         None
     };
@@ -996,7 +998,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
     /// share's), the others with empty batches. Adagrad's learning rate stays constant.
     fn train_triples(
         &mut self,
-        mut triples: Vec<Triple>,
+        mut triples: Vec<Weighted>,
         valid: Option<&(Vec<Triple>, Vec<Triple>)>,
     ) {
         use rand::seq::SliceRandom;
@@ -1040,7 +1042,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         // epoch would only ever meet that shard's entities as negatives (its query is never
         // contrasted with the other shards' entities). Epoch e trains the share of rank
         // (r + e - 1) mod p instead, passed one rank along the ring each epoch (one exchange of
-        // the triples, about 20 B per triple against kilobytes of rows): over p epochs every
+        // the triples, 24 B per triple against kilobytes of rows): over p epochs every
         // triple meets every shard.
         let rotate =
             cfg.negatives_from == crate::config::NegativesFrom::Shard && self.comm.size() > 1;
@@ -1049,13 +1051,13 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             if rotate {
                 let want = u64::from(epoch - 1) % self.comm.size() as u64;
                 let t = Timer::start();
-                triples = pass_along(self.comm, triples, want + self.comm.size() as u64 - held);
+                triples = kg::pass_along(self.comm, triples, want + self.comm.size() as u64 - held);
                 held = want;
                 self.m.seconds.sample += t.secs();
             }
             // Each epoch's order depends on the seed, the epoch and the triples this rank holds
             // alone, so that a resumed run shuffles an epoch as the interrupted one did.
-            triples.sort_unstable();
+            triples.sort_unstable_by_key(Weighted::triple);
             let salt = u64::from(epoch).wrapping_mul(0x9E37_79B9_7F4A_7C15);
             triples.shuffle(&mut rng_for(cfg.seed ^ salt, self.comm.rank(), 5));
             let skip = if epoch == first_epoch { first_step } else { 0 };
@@ -2120,39 +2122,6 @@ impl<'a, M: model::Model> Trainer<'a, M> {
     }
 }
 
-/// Collective: each rank's triples go `shift` ranks back along the ring (rank r receives those
-/// of rank (r + shift) mod p). Triples travel as 20 little-endian bytes (head, relation, tail).
-fn pass_along(comm: &Comm, triples: Vec<Triple>, shift: u64) -> Vec<Triple> {
-    let p = comm.size() as u64;
-    let shift = (shift % p) as usize;
-    if shift == 0 {
-        return triples;
-    }
-    let to = (comm.rank() + comm.size() - shift) % comm.size();
-    let mut send = vec![Vec::new(); comm.size()];
-    let b = &mut send[to];
-    b.reserve(triples.len() * 20);
-    for &(h, r, t) in &triples {
-        b.extend_from_slice(&h.to_le_bytes());
-        b.extend_from_slice(&r.to_le_bytes());
-        b.extend_from_slice(&t.to_le_bytes());
-    }
-    drop(triples);
-    let recv = comm.all_to_all_v(send);
-    let from = (comm.rank() + shift) % comm.size();
-    recv[from]
-        .chunks_exact(20)
-        .map(|c| {
-            let u = |i: usize| u64::from_le_bytes(c[i..i + 8].try_into().expect("8 bytes"));
-            (
-                u(0),
-                u32::from_le_bytes(c[8..12].try_into().expect("4 bytes")),
-                u(12),
-            )
-        })
-        .collect()
-}
-
 /// A fair coin for the `n`-th reference (a SplitMix64 finalizer's top bit): which references
 /// form the random half of `remote_uses_half`, the same for every run.
 fn coin(n: u64) -> bool {
@@ -2344,35 +2313,6 @@ impl Drop for Progress {
         // End the bar's line so that the summary starts on its own.
         if self.drawn {
             eprintln!();
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn passing_triples_along_the_ring_gives_each_rank_the_share_shift_ranks_ahead() {
-        for p in [1usize, 2, 3] {
-            for shift in 0..2 * p as u64 + 1 {
-                let got = crate::comm::local::run(p, Duration::from_secs(30), |c| {
-                    let r = c.rank() as u64;
-                    // Rank r holds r + 1 triples naming it (a relation id above u16, a head
-                    // above u32), so that every field and the share sizes are checked.
-                    let mine: Vec<Triple> = (0..=r)
-                        .map(|i| (r << 40 | i, 70_000 + r as u32, r))
-                        .collect();
-                    pass_along(&c, mine, shift)
-                });
-                for (r, held) in got.iter().enumerate() {
-                    let from = (r as u64 + shift) % p as u64;
-                    let want: Vec<Triple> = (0..=from)
-                        .map(|i| (from << 40 | i, 70_000 + from as u32, from))
-                        .collect();
-                    assert_eq!(held, &want, "{p} ranks, shift {shift}: rank {r}");
-                }
-            }
         }
     }
 }
