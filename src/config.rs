@@ -229,8 +229,8 @@ pub struct RawTrain {
     #[arg(long)]
     pub cache_rows: Option<usize>,
     /// Hogwild across nodes: batches that use a cached row before its delta is pushed and its
-    /// value read again (its clock; 8x that many steps at the latest). Default: 32 / nodes, at
-    /// least 2 (each node's copy of a row is updated unseen by the others)
+    /// value read again (its clock; 8x that many steps at the latest). Default and maximum:
+    /// 32 / ranks, at least 2 (each rank's copy of a row is updated unseen by the others)
     #[arg(long)]
     pub cache_refresh: Option<u64>,
     /// How remote rows are read: alltoall (requests and rows in the aggregated all-to-all that
@@ -609,7 +609,7 @@ pub struct TrainConfig {
     pub max_staleness: u32,
     /// `None`: as many rows as the rank owns (resolved after the load, `Trainer::new`).
     pub cache_rows: Option<usize>,
-    /// `None`: [`default_cache_refresh`] of the job's node count (resolved in `Trainer::new`).
+    /// `None`: [`default_cache_refresh`] of the job's ranks (resolved in `Trainer::new`).
     pub cache_refresh: Option<u64>,
     pub fetch: Fetch,
     pub wire_dtype: Dtype,
@@ -694,13 +694,20 @@ pub enum Fetch {
     Rma,
 }
 
-/// The default clock of a cached row (`--cache-refresh`) for a job over `nodes` nodes: about 32
-/// uses summed over the nodes' copies before a row is synchronised, at least 2 per copy. Each
-/// node trains its copy unseen by the others, so the bound is on their sum (HET bounds a global
-/// clock). Measured on BlogCatalog: at 4 nodes 8 kept Micro-F1 and 16 lost 1.2 points; at 2
-/// nodes 16 kept it and ran 1.07x faster than 8 (docs/performance.md).
-pub fn default_cache_refresh(nodes: u64) -> u64 {
-    (32 / nodes.max(1)).max(2)
+/// The default clock of a cached row (`--cache-refresh`) for a job whose rows are held by
+/// `copies` ranks (every rank keeps its own copies, ranks of one node too): about 32 uses summed
+/// over the copies before a row is synchronised, at least 2 per copy. Each copy is trained unseen
+/// by the others, so the bound is on their sum (HET bounds a global clock). Measured on
+/// BlogCatalog with copies averaged (`train::cache`): 8 ranks as 4 nodes of 2 ranks, clock 4
+/// (this default) 36.4 Micro-F1 against clock 8 (the old per-node default) 35.4; 8 simulated nodes,
+/// clock 8 diverged (docs/architecture.md).
+pub fn default_cache_refresh(copies: u64) -> u64 {
+    (32 / copies.max(1)).max(2)
+}
+
+/// The longest `--cache-refresh` that keeps the bound: the default.
+pub fn max_cache_refresh(copies: u64) -> u64 {
+    default_cache_refresh(copies)
 }
 
 /// Whether the ranks of one node share their rows (`--node-memory`).

@@ -394,7 +394,7 @@ pub fn plan(job: &Job, rates: &Rates) -> Result<(f64, Vec<Plan>)> {
     // Sharded.
     let remote = (machines - 1.0) / machines;
     let wb = d * job.wire_bytes as f64;
-    let clock = default_cache_refresh(machines as u64) as f64;
+    let clock = default_cache_refresh(job.ranks as u64) as f64;
     let bytes_rank = sharded_bytes(
         rates,
         [pairs_rank, steps],
@@ -631,7 +631,7 @@ pub fn render(job: &Job, rates: &Rates, pairs: f64, plans: &[Plan]) -> String {
         o,
         "sharded cache: {} rows per rank (the default --cache-rows), clock {} (the default --cache-refresh)",
         if machines > 1.0 { ((job.nodes / job.ranks as f64).ceil() as u64 * 2).to_string() } else { "no".into() },
-        default_cache_refresh(machines as u64)
+        default_cache_refresh(job.ranks as u64)
     );
     o
 }

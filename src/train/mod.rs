@@ -33,9 +33,9 @@ use crate::sample::negatives::NegativePool;
 use crate::sample::walk::{Segments, WalkEngine, WalkParams};
 use crate::sample::{rng_for, Rng};
 use crate::spmd::{agree, fatal};
-use crate::stats::{human_bytes, peak_rss_bytes, RankMetrics, Timer};
+use crate::stats::{human_bytes, peak_rss_bytes, LossWatch, RankMetrics, Timer};
 use crate::store::{decode_row, encode_row, InPlaceRows, OptParams, Shard};
-use cache::{Admission, RowCache};
+use cache::{Admission, Combine, RowCache};
 use replicated::Replica;
 
 /// Matrix ids: 0 holds vertex (input) rows, 1 context (output) rows.
@@ -94,6 +94,9 @@ pub struct Trainer<'a, M: model::Model> {
     /// answered in the next exchange it sends.
     deferred: std::collections::VecDeque<Deferred<M::Plan>>,
     to_answer: Vec<Vec<u32>>,
+    /// The deltas of the exchange being absorbed, averaged per row (`cache::Combine`).
+    combine: Combine,
+    loss_watch: LossWatch,
     /// The exchange posted and not yet collected (`--fetch alltoall`), with its sequence
     /// number; and the next exchange's.
     posted: Option<(Posted, u64)>,
@@ -602,6 +605,8 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             carried: None,
             deferred: Default::default(),
             to_answer: vec![Vec::new(); comm.size()],
+            combine: Combine::new(cfg.dim),
+            loss_watch: LossWatch::default(),
             posted: None,
             sending: None,
             seq: 0,
@@ -611,7 +616,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             last_end: Default::default(),
             t0: Instant::now(),
         })
-        .map(|mut t| {
+        .and_then(|mut t| {
             if cfg.update == Update::Hogwild && cfg.strategy == Strategy::Sharded {
                 // Every rank takes the node-shared rows, or every rank its own: whether a batch
                 // needs the fetch and push exchanges must be the same on all of them.
@@ -639,19 +644,28 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                 let nodes = comm
                     .all_reduce_f64(&[1.0 / comm.node_size().max(1) as f64], ReduceOp::Sum)[0]
                     .round() as u64;
+                // Every rank keeps its own copies: the clock is shared by all of them. The same
+                // answer on every rank (sizes and flags only), so all refuse together.
+                let copies = comm.size() as u64;
+                let max = crate::config::max_cache_refresh(copies);
+                if let Some(r) = cfg.cache_refresh.filter(|&r| nodes > 1 && r > max) {
+                    return Err(Error::config(format!(
+                        "--cache-refresh {r} with {copies} ranks keeping copies of remote rows: at most {max} (the copies of a row take at most 32 batches summed over ranks unseen by each other; BlogCatalog at 8 simulated nodes diverged with 8); lower --cache-refresh or leave it to its default"
+                    )));
+                }
                 if let Some(rows) = t.shared.as_ref().filter(|s| !s[VERTEX].all()) {
                     let capacity = cache_capacity(cfg, g, rows);
                     if capacity > 0 {
                         let clock = cfg
                             .cache_refresh
-                            .unwrap_or_else(|| crate::config::default_cache_refresh(nodes));
+                            .unwrap_or_else(|| crate::config::default_cache_refresh(copies));
                         t.cache = Some(RowCache::new(capacity, cfg.dim, clock));
                         t.m.cache_rows = capacity as u64;
                         t.m.cache_refresh = clock;
                     }
                 }
             }
-            t
+            Ok(t)
         })
     }
 
@@ -1781,6 +1795,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             .map(|o| waiting.as_ref().map_or(0, |d| d.asked[o].len()))
             .collect();
         let mut rows_in: Vec<&[u8]> = Vec::with_capacity(n);
+        let mut combine = std::mem::replace(&mut self.combine, Combine::new(0));
         for (src, b) in recv.iter().enumerate() {
             if b.len() < 24 {
                 bad("a truncated exchange message");
@@ -1804,11 +1819,9 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             at += deltas * rec;
             self.m.push_bytes_received += d.len() as u64;
             for r in d.chunks_exact(rec) {
-                let (m, o) = self.own_row(u32::from_le_bytes(r[..4].try_into().expect("4 bytes")));
+                let at = self.own_row(u32::from_le_bytes(r[..4].try_into().expect("4 bytes")));
                 decode_row(wire, &r[4..], &mut row);
-                // SAFETY: as in `encode_exchange`.
-                let cells = unsafe { in_place[m].cells.cells() };
-                cells::add_to(cells.slice(o, dim), &row);
+                combine.add(at, &row);
             }
             let reqs = u32_at(b, at);
             at += 4;
@@ -1831,6 +1844,13 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             }
             rows_in.push(r);
         }
+        // Copies that synchronised in this exchange are averaged (the rule in `cache`).
+        self.m.cache_deltas_averaged += combine.drain(|(m, o), delta, _| {
+            // SAFETY: as in `encode_exchange`.
+            let cells = unsafe { in_place[m].cells.cells() };
+            cells::add_to(cells.slice(o, dim), delta);
+        });
+        self.combine = combine;
         // Walkers of settle's exchanges join those not yet handed over.
         match &mut self.carried {
             Some((w, s)) => {
@@ -1885,6 +1905,21 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             self.launch_cached(d.planned, d.lr, d.step);
         }
         walkers
+    }
+
+    /// Follow the loss per term; say so once if it climbs far past its lowest (the run is
+    /// training badly: diverging, or its rows' copies too stale).
+    fn watch_loss(&mut self, loss: f64, terms: u64) {
+        if let Some((now, best)) =
+            self.loss_watch
+                .add(loss, terms, self.m.pairs, &mut self.m.loss_curve)
+        {
+            log::warn!(
+                "rank {}: step {}: loss per term {now:.3}, up from {best:.3}: the run is training badly (diverging, or copies of rows too stale); lower --lr or --cache-refresh (docs/troubleshooting.md)",
+                self.comm.rank(),
+                self.step
+            );
+        }
     }
 
     /// Apply the batch still in flight, if any (end of training).
@@ -1959,6 +1994,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             self.m.loss_terms += p.terms;
             self.m.pairs += p.pairs as u64;
             self.m.steps += 1;
+            self.watch_loss(loss, p.terms);
             return;
         }
         let keys = p.keys;
@@ -2005,6 +2041,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             self.m.loss_sum += loss;
             self.m.loss_terms += p.terms;
             self.m.pairs += p.pairs as u64;
+            self.watch_loss(loss, p.terms);
         }
 
         // Push: gradient rows to their owners in one exchange; local rows applied directly.
