@@ -3,8 +3,10 @@
 #   bench/run_benchmarks.sh load      convert + distributed load of an R-MAT graph (2^20 nodes, 16M edges)
 #   bench/run_benchmarks.sh gensim    DeepWalk on BlogCatalog: graphscale vs walks+gensim, same run
 #   bench/run_benchmarks.sh ranks     DeepWalk on BlogCatalog at 1, 2 and 4 ranks (2 cores shared)
-#   bench/run_benchmarks.sh nodes     DeepWalk on BlogCatalog at 1 node, 2 and 4 simulated nodes
-#                                     (--ranks-per-node 1) over shared memory and 2 over forced TCP,
+#   bench/run_benchmarks.sh nodes     DeepWalk on BlogCatalog at 1 node, 2, 4, 8 and 16 simulated nodes
+#                                     (--ranks-per-node 1) and 4 nodes of 2 ranks over shared memory,
+#                                     2 and 8 over forced TCP; NODE_RUNS alternated rounds (default 3,
+#                                     medians; SCALE=0 skips 8, 16, 4x2 and TCP 8),
 #                                     each also with the earlier remote path (no cache, f32, rma),
 #                                     and 2 and 4 nodes on BlogCatalog relabelled by `reorder`
 #   bench/run_benchmarks.sh kg        knowledge-graph completion on WN18RR: DistMult, ComplEx, TransE,
@@ -134,6 +136,9 @@ if [[ "$what" == nodes ]]; then
   # tcp2_pt: the same with Open MPI's TCP progress thread (docs/tuning.md), so that messages
   # move while the ranks compute.
   runs=("node1|1|||" "shm2|2|||" "shm4|4|||" "tcp2|2|$TCP||" "tcp2_pt|2|$TCP --mca btl_tcp_progress_thread 1||")
+  if [[ "${SCALE:-1}" == 1 ]]; then
+    runs+=("shm8|8|||" "shm4x2|8|||" "shm16|16|||" "tcp8|8|$TCP||")
+  fi
   if [[ "${BASELINE:-1}" == 1 ]]; then
     runs+=("shm2_before|2||$OLD|" "shm4_before|4||$OLD|" "tcp2_before|2|$TCP|$OLD|")
   fi
@@ -145,26 +150,31 @@ if [[ "$what" == nodes ]]; then
     runs+=("shm2_reordered|2||--partition block|blog_r2" "shm4_reordered|4||--partition block|blog_r4")
   fi
   names=()
+  for round in $(seq "${NODE_RUNS:-3}"); do
   for r in "${runs[@]}"; do
-    IFS='|' read -r name n net flags graph <<< "$r"
-    graph="${graph:-blog}"
+    IFS='|' read -r base n net flags graph <<< "$r"
+    graph="${graph:-blog}" name="${base}@$round"
     if [[ $n == 1 ]]; then
       place="--map-by slot:PE=2" threads=2 nodes=""
+    elif [[ $base == *x2* ]]; then
+      place="" threads=1 nodes="--ranks-per-node 2"
     else
       place="" threads=1 nodes="--ranks-per-node 1"
     fi
     echo "== $name: $n rank(s) $nodes $flags ${net:+(forced TCP)}"
-    timeout 1200 mpirun --oversubscribe $place $net -n "$n" "$BIN" --graph "$WORK/$graph.h5" --walks-per-node "$W" \
+    timeout 1800 mpirun --oversubscribe $place $net -n "$n" "$BIN" --graph "$WORK/$graph.h5" --walks-per-node "$W" \
       --walk-length "$L" --window 10 --dim 128 --negatives 5 --threads "$threads" $nodes $flags --comm-timeout 600 \
       ${GS_FLAGS:-} -o "$WORK/n_${name}.h5" --metrics "$WORK/n_${name}.jsonl" 2> "$WORK/n_${name}.log"
     "$BIN" eval nodeclf --embeddings "$WORK/n_${name}.h5" --labels "$DATA/blogcatalog/labels.tsv" --repeats 5 --seed 3 \
       --json > "$WORK/n_${name}_f1.json"
     names+=("$name")
   done
+  done
   python3 - "$WORK" "$OUT/blogcatalog_nodes.json" "${names[@]}" <<'PYEOF'
-import json, os, sys
+import json, os, statistics, sys
 w, out, names = sys.argv[1], sys.argv[2], sys.argv[3:]
-res = {"flags": os.environ.get("GS_FLAGS", ""), "runs": {}}
+res = {"flags": os.environ.get("GS_FLAGS", ""), "runs": {}, "rounds": {}}
+med = lambda xs: round(statistics.median(xs), 3)
 for name in names:
     ms = [json.loads(l) for l in open(os.path.join(w, f"n_{name}.jsonl"))]
     train = max(m["train_seconds"] for m in ms)
@@ -172,23 +182,37 @@ for name in names:
     moved = sum(m["comm_bytes_sent"] + m.get("one_sided_bytes", 0) for m in ms)
     rows = sum(m["fetch_bytes"] + m["push_bytes_sent"] for m in ms)
     f1 = json.load(open(os.path.join(w, f"n_{name}_f1.json")))["results"]
-    res["runs"][name] = {
+    res["rounds"][name] = {
         "ranks": len(ms), "train_seconds": round(train, 2), "pairs_per_second": round(pairs / train),
+        # CPU seconds of all ranks' processes while training, per million pairs.
+        "cpu_seconds_per_mpair": round(sum(m.get("cpu_seconds_process_train", 0) for m in ms) / pairs * 1e6, 3),
         "bytes_moved_per_pair": round(moved / pairs, 1), "row_bytes_per_pair": round(rows / pairs, 1),
+        "loss_per_term": round(sum(m["loss_sum"] for m in ms) / max(1, sum(m["loss_terms"] for m in ms)), 4),
         "max_rank_phase_seconds": {k: round(max(m["seconds"][k] for m in ms), 2) for k in ms[0]["seconds"]},
-        "max_rank_cpu_seconds_main": round(max(m.get("cpu_seconds_main", 0) for m in ms), 2),
         "cache_hits": sum(m.get("cache_hits", 0) for m in ms), "rows_read": sum(m["remote_rows"] for m in ms),
         "walker_crossings_per_token": round(sum(m.get("walker_crossings", 0) for m in ms) / max(1, sum(m["tokens"] for m in ms)), 3),
         "micro_f1": {k: round(v["micro_f1"] * 100, 2) for k, v in f1.items()}}
+# Per setting: the medians over its rounds (and each round's value beside them).
+for base in dict.fromkeys(n.split("@")[0] for n in names):
+    rs = [r for n, r in res["rounds"].items() if n.split("@")[0] == base]
+    r = {k: med([x[k] for x in rs]) for k in ("train_seconds", "pairs_per_second", "cpu_seconds_per_mpair",
+                                              "bytes_moved_per_pair", "row_bytes_per_pair", "loss_per_term",
+                                              "walker_crossings_per_token")}
+    r["ranks"] = rs[0]["ranks"]
+    r["micro_f1"] = {k: med([x["micro_f1"][k] for x in rs]) for k in rs[0]["micro_f1"]}
+    r["micro_f1_50_rounds"] = [x["micro_f1"]["0.5"] for x in rs if "0.5" in x["micro_f1"]]
+    r["pairs_per_second_rounds"] = [x["pairs_per_second"] for x in rs]
+    r["max_rank_phase_seconds"] = {k: med([x["max_rank_phase_seconds"][k] for x in rs]) for k in rs[0]["max_rank_phase_seconds"]}
+    res["runs"][base] = r
 one = res["runs"].get("node1", {}).get("pairs_per_second")
 for name, r in res["runs"].items():
     if one:
         r["of_one_node"] = round(r["pairs_per_second"] / one, 2)
     ph = r["max_rank_phase_seconds"]
     print(f"{name:12s} {r['pairs_per_second'] / 1e6:5.2f}M pairs/s ({r.get('of_one_node', 0):.2f}x of 1 node), "
-          f"{r['bytes_moved_per_pair']:6.1f} B moved/pair, crossings/token {r['walker_crossings_per_token']:.3f}, train {r['train_seconds']:.1f} s, "
-          f"Micro-F1 {r['micro_f1']}, phases sample {ph['sample']} fetch {ph['fetch']} compute {ph['compute']} "
-          f"push {ph['push']} apply {ph['apply']} idle {ph.get('idle', 0)}")
+          f"{r['cpu_seconds_per_mpair']:.3f} CPU s/Mpair, {r['bytes_moved_per_pair']:6.1f} B moved/pair, loss {r['loss_per_term']:.3f}, "
+          f"train {r['train_seconds']:.1f} s, Micro-F1 {r['micro_f1']} (50%: {r['micro_f1_50_rounds']}), phases sample {ph['sample']} "
+          f"fetch {ph['fetch']} compute {ph['compute']} push {ph['push']} apply {ph['apply']} idle {ph.get('idle', 0)}")
 for p in (2, 4):
     f = os.path.join(w, f"reorder_{p}.json")
     if os.path.exists(f):
