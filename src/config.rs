@@ -698,7 +698,8 @@ pub enum Fetch {
 /// `copies` ranks (every rank keeps its own copies, ranks of one node too): about 32 uses summed
 /// over the copies before a row is synchronised, at least 2 per copy. Each copy is trained unseen
 /// by the others, so the bound is on their sum (HET bounds a global clock). Measured on
-/// BlogCatalog with copies averaged (`train::cache`): 8 ranks as 4 nodes of 2 ranks, clock 4
+/// BlogCatalog with the copies of one exchange averaged (`train::cache`'s rule before its
+/// saturation model): 8 ranks as 4 nodes of 2 ranks, clock 4
 /// (this default) 36.4 Micro-F1 against clock 8 (the old per-node default) 35.4; 8 simulated nodes,
 /// clock 8 diverged (docs/architecture.md).
 pub fn default_cache_refresh(copies: u64) -> u64 {

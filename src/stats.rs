@@ -110,10 +110,11 @@ pub struct RankMetrics {
     pub cache_refreshes: u64,
     #[serde(default)]
     pub cache_evictions: u64,
-    /// Deltas this rank's rows received together with another copy's delta of the same row in
-    /// one exchange, and so averaged with it (`train::cache`'s rule).
+    /// Deltas this rank's rows received together with other copies' deltas of the same row in
+    /// one exchange and applied at less than half their sum, the copies having saturated
+    /// (`train::cache`'s rule).
     #[serde(default)]
-    pub cache_deltas_averaged: u64,
+    pub cache_deltas_damped: u64,
     /// Hogwild: references of the batches' pairs to rows of other nodes (`local_rows` counts
     /// those to rows of this node); walks: walker steps that moved to another rank.
     #[serde(default)]
@@ -373,15 +374,15 @@ pub fn summary_table(all: &[RankMetrics]) -> String {
         let misses: u64 = all.iter().map(|m| m.cache_misses).sum();
         let refreshes: u64 = all.iter().map(|m| m.cache_refreshes).sum();
         let evictions: u64 = all.iter().map(|m| m.cache_evictions).sum();
-        let averaged: u64 = all.iter().map(|m| m.cache_deltas_averaged).sum();
+        let averaged: u64 = all.iter().map(|m| m.cache_deltas_damped).sum();
         let deltas = (all.iter().map(|m| m.push_bytes_received).sum::<u64>()
-            / (4 + all[0].dim as u64 * all[0].wire_bytes.max(1) as u64))
+            / (6 + all[0].dim as u64 * all[0].wire_bytes.max(1) as u64))
             .max(1);
         let uses = (hits + misses + refreshes).max(1) as f64;
         s.push_str(&format!(
             "remote-row cache {cached} rows per rank, clock {}: {:.1}% of uses hit, {:.1}% first \
-             reads, {:.1}% re-reads; {evictions} evictions; {:.1}% of deltas averaged with \
-             another copy's\n",
+             reads, {:.1}% re-reads; {evictions} evictions; {:.1}% of deltas damped with \
+             other copies'\n",
             all[0].cache_refresh,
             100.0 * hits as f64 / uses,
             100.0 * misses as f64 / uses,

@@ -74,7 +74,7 @@ fn eight_ranks_as_nodes_keep_the_one_rank_quality_on_a_graph_with_hubs() {
         assert_eq!(ms.len(), 8);
         // The remote path ran: rows moved, and copies that synchronised together were averaged.
         assert!(
-            sum(&ms, "push_bytes_sent") > 0 && sum(&ms, "cache_deltas_averaged") > 0,
+            sum(&ms, "push_bytes_sent") > 0 && sum(&ms, "cache_deltas_damped") > 0,
             "{name}"
         );
         let f1 = micro_f1(&p(t.path(), &format!("{name}.h5")), &labels);

@@ -43,6 +43,9 @@ const VERTEX: usize = 0;
 
 /// Steps between refreshes of the negative pool.
 const NEG_REFRESH: u64 = 16;
+/// A pushed delta's head on the wire: the owner's row (u32) and the updates its copy took
+/// (u16, saturating), before its `dim` values.
+const DELTA_HEAD: usize = 6;
 
 /// Result of a run, identical on every rank.
 pub struct Outcome {
@@ -96,6 +99,8 @@ pub struct Trainer<'a, M: model::Model> {
     to_answer: Vec<Vec<u32>>,
     /// The deltas of the exchange being absorbed, averaged per row (`cache::Combine`).
     combine: Combine,
+    /// The learning rate of the step in flight (the owner's `Combine` reads it).
+    lr_now: f32,
     loss_watch: LossWatch,
     /// The exchange posted and not yet collected (`--fetch alltoall`), with its sequence
     /// number; and the next exchange's.
@@ -606,6 +611,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             deferred: Default::default(),
             to_answer: vec![Vec::new(); comm.size()],
             combine: Combine::new(cfg.dim),
+            lr_now: cfg.lr,
             loss_watch: LossWatch::default(),
             posted: None,
             sending: None,
@@ -1348,7 +1354,9 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         let remote_slot = &mut self.remote_slot;
         remote_slot.clear();
         let mut keys: Vec<u64> = Vec::new();
-        // Per slot: whether a reference of the random half (`remote_uses_half`) reached it.
+        // Per slot: its references (updates), and whether a reference of the random half
+        // (`remote_uses_half`) reached it.
+        let mut refs: Vec<u32> = Vec::new();
         let mut half: Vec<bool> = Vec::new();
         let mut nref = 0u64;
         // A row of this node is referenced by its place in the in-place cells (no copy, no
@@ -1360,9 +1368,11 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                 None => {
                     let slot = *remote_slot.entry(key).or_insert_with(|| {
                         keys.push(key);
+                        refs.push(0);
                         half.push(false);
                         (keys.len() - 1) as u32
                     });
+                    refs[slot as usize] += 1;
                     nref += 1;
                     half[slot as usize] |= coin(nref);
                     model::REMOTE | slot
@@ -1384,7 +1394,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         self.m.remote_refs += remote;
         self.m.seconds.sample += t.secs();
         if self.cache.is_some() {
-            self.cached_launch(planned, keys, lr);
+            self.cached_launch(planned, keys, &refs, lr);
             return;
         }
 
@@ -1475,7 +1485,8 @@ impl<'a, M: model::Model> Trainer<'a, M> {
     /// Hogwild across nodes with the row cache: give the batch's remote rows cache slots,
     /// exchange deltas and rows with their owners (collective), and launch the batch. Up to
     /// `CACHE_DEPTH` batches are on the pool, so the exchange overlaps the previous batch.
-    fn cached_launch(&mut self, mut planned: M::Plan, keys: Vec<u64>, lr: f32) {
+    fn cached_launch(&mut self, mut planned: M::Plan, keys: Vec<u64>, refs: &[u32], lr: f32) {
+        self.lr_now = lr;
         self.poke();
         while self.pending.len() >= CACHE_DEPTH {
             let prev = self.pending.pop_front().expect("pending batch");
@@ -1493,7 +1504,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                 .map_or(self.step, |p| p.step)
                 .min(self.deferred.front().map_or(self.step, |d| d.step));
             let cache = self.cache.as_mut().expect("cached_launch needs the cache");
-            if cache.admit(&keys, self.step, oldest, &mut adm) {
+            if cache.admit(&keys, refs, self.step, oldest, &mut adm) {
                 break;
             }
             if self.pending.is_empty() {
@@ -1710,10 +1721,11 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             for &i in idx {
                 encode_row(wire, &adm.push_vals[i * dim..(i + 1) * dim], &mut enc);
                 send[o].extend_from_slice(&head(adm.push_keys[i]).1.to_le_bytes());
+                send[o].extend_from_slice(&adm.push_refs[i].to_le_bytes());
                 send[o].extend_from_slice(&enc);
             }
         }
-        self.m.push_bytes_sent += adm.push_keys.len() as u64 * (4 + wb) as u64;
+        self.m.push_bytes_sent += adm.push_keys.len() as u64 * (DELTA_HEAD + wb) as u64;
         // Where each owner's rows go, in request order.
         let mut asked: Vec<Vec<(u32, bool)>> = vec![Vec::new(); n];
         let mut heads: Vec<Vec<u32>> = vec![Vec::new(); n];
@@ -1812,7 +1824,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             let mut at = 20 + wl;
             let deltas = u32_at(b, at);
             at += 4;
-            let rec = 4 + wb;
+            let rec = DELTA_HEAD + wb;
             let Some(d) = b.get(at..at + deltas * rec) else {
                 bad("a truncated exchange message")
             };
@@ -1820,8 +1832,9 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             self.m.push_bytes_received += d.len() as u64;
             for r in d.chunks_exact(rec) {
                 let at = self.own_row(u32::from_le_bytes(r[..4].try_into().expect("4 bytes")));
-                decode_row(wire, &r[4..], &mut row);
-                combine.add(at, &row);
+                let updates = u16::from_le_bytes(r[4..6].try_into().expect("2 bytes"));
+                decode_row(wire, &r[DELTA_HEAD..], &mut row);
+                combine.add(at, &row, u32::from(updates));
             }
             let reqs = u32_at(b, at);
             at += 4;
@@ -1844,8 +1857,15 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             }
             rows_in.push(r);
         }
-        // Copies that synchronised in this exchange are averaged (the rule in `cache`).
-        self.m.cache_deltas_averaged += combine.drain(|(m, o), delta, _| {
+        // Copies that synchronised in this exchange are combined (the rule in `cache`).
+        let norm2 = |(m, o): (usize, usize)| {
+            let mut v = vec![0f32; dim];
+            // SAFETY: as in `encode_exchange`.
+            let cells = unsafe { in_place[m].cells.cells() };
+            cells::load(cells.slice(o, dim), &mut v);
+            v.iter().map(|x| x * x).sum::<f32>()
+        };
+        self.m.cache_deltas_damped += combine.drain(self.lr_now, norm2, |(m, o), delta, _| {
             // SAFETY: as in `encode_exchange`.
             let cells = unsafe { in_place[m].cells.cells() };
             cells::add_to(cells.slice(o, dim), delta);
