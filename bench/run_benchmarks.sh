@@ -6,7 +6,8 @@
 #   bench/run_benchmarks.sh nodes     DeepWalk on BlogCatalog at 1 node, 2, 4, 8 and 16 simulated nodes
 #                                     (--ranks-per-node 1) and 4 nodes of 2 ranks over shared memory,
 #                                     2 and 8 over forced TCP; NODE_RUNS alternated rounds (default 3,
-#                                     medians; SCALE=0 skips 8, 16, 4x2 and TCP 8),
+#                                     medians; NODE_SCALE=0 skips 8, 16, 4x2 and TCP 8; NODE_ONLY="node1
+#                                     shm8" runs only the settings named),
 #                                     each also with the earlier remote path (no cache, f32, rma),
 #                                     and 2 and 4 nodes on BlogCatalog relabelled by `reorder`
 #   bench/run_benchmarks.sh kg        knowledge-graph completion on WN18RR: DistMult, ComplEx, TransE,
@@ -136,7 +137,8 @@ if [[ "$what" == nodes ]]; then
   # tcp2_pt: the same with Open MPI's TCP progress thread (docs/tuning.md), so that messages
   # move while the ranks compute.
   runs=("node1|1|||" "shm2|2|||" "shm4|4|||" "tcp2|2|$TCP||" "tcp2_pt|2|$TCP --mca btl_tcp_progress_thread 1||")
-  if [[ "${SCALE:-1}" == 1 ]]; then
+  # NODE_SCALE, not SCALE: SCALE is the R-MAT scale of the other benchmarks (default 20).
+  if [[ "${NODE_SCALE:-1}" == 1 ]]; then
     runs+=("shm8|8|||" "shm4x2|8|||" "shm16|16|||" "tcp8|8|$TCP||")
   fi
   if [[ "${BASELINE:-1}" == 1 ]]; then
@@ -148,6 +150,13 @@ if [[ "$what" == nodes ]]; then
       "$BIN" reorder --graph "$WORK/blog.h5" -o "$WORK/blog_r$p.h5" --parts "$p" --json > "$WORK/reorder_$p.json"
     done
     runs+=("shm2_reordered|2||--partition block|blog_r2" "shm4_reordered|4||--partition block|blog_r4")
+  fi
+  if [[ -n "${NODE_ONLY:-}" ]]; then
+    kept=()
+    for r in "${runs[@]}"; do
+      [[ " $NODE_ONLY " == *" ${r%%|*} "* ]] && kept+=("$r")
+    done
+    runs=("${kept[@]}")
   fi
   names=()
   for round in $(seq "${NODE_RUNS:-3}"); do

@@ -173,7 +173,7 @@ impl Combine {
     pub fn drain(
         &mut self,
         lr: f32,
-        norm2: impl Fn((usize, usize)) -> f32,
+        mut norm2: impl FnMut((usize, usize)) -> f32,
         mut apply: impl FnMut((usize, usize), &[f32], u32),
     ) -> u64 {
         let d = self.dim;

@@ -1859,11 +1859,10 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         }
         // Copies that synchronised in this exchange are combined (the rule in `cache`).
         let norm2 = |(m, o): (usize, usize)| {
-            let mut v = vec![0f32; dim];
             // SAFETY: as in `encode_exchange`.
             let cells = unsafe { in_place[m].cells.cells() };
-            cells::load(cells.slice(o, dim), &mut v);
-            v.iter().map(|x| x * x).sum::<f32>()
+            cells::load(cells.slice(o, dim), &mut row);
+            row.iter().map(|x| x * x).sum::<f32>()
         };
         self.m.cache_deltas_damped += combine.drain(self.lr_now, norm2, |(m, o), delta, _| {
             // SAFETY: as in `encode_exchange`.
