@@ -244,7 +244,7 @@ impl Rates {
                 r.refresh_share =
                     refreshes / (uses - misses).max(1.0) * m0.cache_refresh.max(1) as f64;
                 let reads = misses + refreshes;
-                r.pushes_per_read = get(&|m| m.push_bytes_sent) / (6.0 + wb) / reads.max(1.0);
+                r.pushes_per_read = get(&|m| m.push_bytes_sent) / (4.0 + wb) / reads.max(1.0);
                 let crossings = get(&|m| m.walker_crossings);
                 r.crossings_per_pair = crossings / (pairs * remote);
                 let sent = get(&|m| m.comm_bytes_sent + m.one_sided_bytes);
@@ -315,8 +315,8 @@ pub fn sharded_bytes(
     let first = (rates.touched * remote_rows).min(uses);
     let again = (rates.refresh_share / clock.max(1.0)).min(1.0) * (uses - first);
     let reads = first + again;
-    // A read: its request (4 bytes) and the row; a push: the delta and its head (row, updates).
-    reads * ((4.0 + wb) + (6.0 + wb) * rates.pushes_per_read)
+    // A read: its request (4 bytes) and the row; a push: the delta and its row's head.
+    reads * (4.0 + wb) * (1.0 + rates.pushes_per_read)
         + rates.crossings_per_pair * pairs * remote * rates.bytes_per_crossing
         + rates.step_bytes * steps
 }

@@ -1,8 +1,8 @@
 //! Scale-out keeps the model: BlogCatalog (a real graph with hubs: degrees 1 to 3,992) trained
 //! by DeepWalk at 1 rank and at 8 ranks under real `mpirun`, as 8 simulated nodes
 //! (`--ranks-per-node 1`) and as 4 nodes of 2 ranks, must reach the same Micro-F1 and loss.
-//! Before copies of a row were averaged by its owner, 8 nodes gave 28.9 and 4 x 2 gave 22.6
-//! against 38.2 (issue 32), and their loss per term was 2.8x and 4x the 1-rank run's.
+//! Before copies of a row were combined by its owner (`train::cache`), 8 nodes gave 28.9 and
+//! 4 x 2 gave 22.6 against 38.2 (issue 32), and their loss per term was 2.8x and 4x the 1-rank run's.
 mod common;
 use common::*;
 use std::path::PathBuf;
@@ -72,7 +72,7 @@ fn eight_ranks_as_nodes_keep_the_one_rank_quality_on_a_graph_with_hubs() {
         assert_eq!(o.code, 0, "{name}: {}", o.all());
         let ms = metrics(&p(t.path(), &format!("{name}.jsonl")));
         assert_eq!(ms.len(), 8);
-        // The remote path ran: rows moved, and copies that synchronised together were averaged.
+        // The remote path ran: rows moved, and copies that synchronised together and saturated were damped.
         assert!(
             sum(&ms, "push_bytes_sent") > 0 && sum(&ms, "cache_deltas_damped") > 0,
             "{name}"

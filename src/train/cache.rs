@@ -17,7 +17,7 @@
 //! How the copies' changes combine (measured, docs/architecture.md "Rows trained on many
 //! nodes"): the owner adds a delta as it comes, except that the deltas of one row arriving in
 //! one exchange are combined by a saturation model ([`Combine`]). Each pushed delta carries the
-//! updates its copy took. A copy that took `n` updates from the row's value `x` moved it about
+//! updates its copy took ([`UpdateCode`], in its row head's spare bits). A copy that took `n` updates from the row's value `x` moved it about
 //! `c(n) = 1 - exp(-r n)` of the way to where its batches pull it (`r` grows with the learning
 //! rate and the row's norm); one machine taking all `N` updates would have moved it `c(N)` of
 //! the way, so the owner applies the copies' sum scaled by `c(N) / sum c(n)`. Copies far from
@@ -92,6 +92,55 @@ impl Admission {
 /// 0.956, 0.951, 0.941, 0.910 on the under-trained SBM of the fault tests (d 32, a resumed run
 /// at 3 ranks), whose every update counts. `GS_STIFFNESS` overrides it for measurements.
 pub const STIFFNESS: f64 = 4.0;
+
+/// The updates a pushed delta's copy took, carried in the spare high bits of its 4-byte row
+/// head (below the matrix bit): a log scale of `2^bits - 1` steps up to 2^16 updates (8 bits,
+/// as at up to 2^23 rows per rank: 16 steps per doubling). Rows per rank decide the bits, the
+/// same on every rank. Without spare bits (2^31 rows per rank) every delta reads as one update,
+/// and copies add up as before the rule.
+#[derive(Clone, Copy, Debug)]
+pub struct UpdateCode {
+    row_bits: u32,
+    bits: u32,
+}
+
+impl UpdateCode {
+    /// For shards of at most `max_rows` rows.
+    pub fn new(max_rows: usize) -> UpdateCode {
+        let row_bits = (usize::BITS - max_rows.max(1).leading_zeros()).min(31);
+        UpdateCode {
+            row_bits,
+            bits: (31 - row_bits).min(8),
+        }
+    }
+
+    fn steps_per_doubling(self) -> f64 {
+        f64::from((1u32 << self.bits) - 1) / 16.0
+    }
+
+    /// The head of `row` of matrix `m` with `updates`.
+    pub fn encode(self, m: u32, row: u32, updates: u16) -> u32 {
+        let code = if self.bits == 0 {
+            0
+        } else {
+            let c = (self.steps_per_doubling() * f64::from(updates.max(1)).log2()).round() as u32;
+            c.min((1 << self.bits) - 1)
+        };
+        (m << 31) | (code << self.row_bits) | row
+    }
+
+    /// Matrix, row and updates of a head.
+    pub fn decode(self, head: u32) -> (u32, u32, u32) {
+        let row = head & ((1u32 << self.row_bits) - 1);
+        let code = (head & 0x7fff_ffff) >> self.row_bits;
+        let updates = if self.bits == 0 {
+            1
+        } else {
+            (f64::from(code) / self.steps_per_doubling()).exp2().round() as u32
+        };
+        (head >> 31, row, updates)
+    }
+}
 
 /// The owner's side of the rule above: the deltas of one exchange, summed per row with the
 /// copies' updates, then handed out combined in the order their rows first arrived. Its
@@ -640,6 +689,42 @@ mod tests {
             0
         );
         assert_eq!(got, vec![((0, 4), vec![1.0, 1.0], 1)]);
+    }
+
+    #[test]
+    fn update_counts_ride_in_the_row_head_within_a_few_percent() {
+        for max_rows in [
+            1usize,
+            1000,
+            (1 << 23) - 1,
+            1 << 23,
+            100_000_000,
+            (1 << 31) - 1,
+        ] {
+            let c = UpdateCode::new(max_rows);
+            for row in [0u32, (max_rows - 1) as u32] {
+                for m in [0u32, 1] {
+                    for n in [1u16, 2, 7, 64, 1000, u16::MAX] {
+                        let (dm, drow, dn) = c.decode(c.encode(m, row, n));
+                        assert_eq!((dm, drow), (m, row), "{max_rows} rows: {n}");
+                        if c.bits == 0 {
+                            assert_eq!(dn, 1);
+                        } else {
+                            // Half a step of the log scale, at most.
+                            let tol = (0.5 / c.steps_per_doubling()).exp2();
+                            let r = f64::from(dn) / f64::from(n);
+                            assert!(
+                                r <= tol * 1.001 + 0.5 / f64::from(n)
+                                    && r >= 1.0 / tol / 1.001 - 0.5 / f64::from(n),
+                                "{max_rows} rows, {n} updates read as {dn}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(UpdateCode::new((1 << 23) - 1).bits, 8);
+        assert_eq!(UpdateCode::new((1 << 31) - 1).bits, 0);
     }
 
     /// Random batches against owners that add every pushed delta: whatever the capacity,

@@ -35,7 +35,7 @@ use crate::sample::{rng_for, Rng};
 use crate::spmd::{agree, fatal};
 use crate::stats::{human_bytes, peak_rss_bytes, LossWatch, RankMetrics, Timer};
 use crate::store::{decode_row, encode_row, InPlaceRows, OptParams, Shard};
-use cache::{Admission, Combine, RowCache};
+use cache::{Admission, Combine, RowCache, UpdateCode};
 use replicated::Replica;
 
 /// Matrix ids: 0 holds vertex (input) rows, 1 context (output) rows.
@@ -43,9 +43,9 @@ const VERTEX: usize = 0;
 
 /// Steps between refreshes of the negative pool.
 const NEG_REFRESH: u64 = 16;
-/// A pushed delta's head on the wire: the owner's row (u32) and the updates its copy took
-/// (u16, saturating), before its `dim` values.
-const DELTA_HEAD: usize = 6;
+/// A pushed delta's head on the wire: the owner's row with the updates its copy took
+/// (`cache::UpdateCode`), before its `dim` values.
+const DELTA_HEAD: usize = 4;
 
 /// Result of a run, identical on every rank.
 pub struct Outcome {
@@ -101,6 +101,8 @@ pub struct Trainer<'a, M: model::Model> {
     combine: Combine,
     /// The learning rate of the step in flight (the owner's `Combine` reads it).
     lr_now: f32,
+    /// How a pushed delta's head carries its copy's updates.
+    update_code: UpdateCode,
     loss_watch: LossWatch,
     /// The exchange posted and not yet collected (`--fetch alltoall`), with its sequence
     /// number; and the next exchange's.
@@ -612,6 +614,12 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             to_answer: vec![Vec::new(); comm.size()],
             combine: Combine::new(cfg.dim),
             lr_now: cfg.lr,
+            update_code: UpdateCode::new(
+                (0..comm.size())
+                    .map(|r| g.part.num_local(r))
+                    .max()
+                    .unwrap_or(1),
+            ),
             loss_watch: LossWatch::default(),
             posted: None,
             sending: None,
@@ -1720,8 +1728,11 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             send[o].extend_from_slice(&(idx.len() as u32).to_le_bytes());
             for &i in idx {
                 encode_row(wire, &adm.push_vals[i * dim..(i + 1) * dim], &mut enc);
-                send[o].extend_from_slice(&head(adm.push_keys[i]).1.to_le_bytes());
-                send[o].extend_from_slice(&adm.push_refs[i].to_le_bytes());
+                let h = head(adm.push_keys[i]).1;
+                let h = self
+                    .update_code
+                    .encode(h >> 31, h & 0x7fff_ffff, adm.push_refs[i]);
+                send[o].extend_from_slice(&h.to_le_bytes());
                 send[o].extend_from_slice(&enc);
             }
         }
@@ -1831,10 +1842,12 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             at += deltas * rec;
             self.m.push_bytes_received += d.len() as u64;
             for r in d.chunks_exact(rec) {
-                let at = self.own_row(u32::from_le_bytes(r[..4].try_into().expect("4 bytes")));
-                let updates = u16::from_le_bytes(r[4..6].try_into().expect("2 bytes"));
+                let (m, h, updates) = self
+                    .update_code
+                    .decode(u32::from_le_bytes(r[..4].try_into().expect("4 bytes")));
+                let at = self.own_row((m << 31) | h);
                 decode_row(wire, &r[DELTA_HEAD..], &mut row);
-                combine.add(at, &row, u32::from(updates));
+                combine.add(at, &row, updates);
             }
             let reqs = u32_at(b, at);
             at += 4;
