@@ -374,7 +374,7 @@ pub fn summary_table(all: &[RankMetrics]) -> String {
         let misses: u64 = all.iter().map(|m| m.cache_misses).sum();
         let refreshes: u64 = all.iter().map(|m| m.cache_refreshes).sum();
         let evictions: u64 = all.iter().map(|m| m.cache_evictions).sum();
-        let averaged: u64 = all.iter().map(|m| m.cache_deltas_damped).sum();
+        let damped: u64 = all.iter().map(|m| m.cache_deltas_damped).sum();
         let deltas = (all.iter().map(|m| m.push_bytes_received).sum::<u64>()
             / (4 + all[0].dim as u64 * all[0].wire_bytes.max(1) as u64))
             .max(1);
@@ -387,7 +387,7 @@ pub fn summary_table(all: &[RankMetrics]) -> String {
             100.0 * hits as f64 / uses,
             100.0 * misses as f64 / uses,
             100.0 * refreshes as f64 / uses,
-            100.0 * averaged as f64 / deltas as f64
+            100.0 * damped as f64 / deltas as f64
         ));
     }
     let ckpts = all.iter().map(|m| m.checkpoints).max().unwrap_or(0);

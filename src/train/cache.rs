@@ -118,27 +118,27 @@ impl UpdateCode {
         f64::from((1u32 << self.bits) - 1) / 16.0
     }
 
-    /// The head of `row` of matrix `m` with `updates`.
-    pub fn encode(self, m: u32, row: u32, updates: u16) -> u32 {
+    /// A row head (`row | matrix << 31`) with `updates` in its spare bits.
+    pub fn encode(self, head: u32, updates: u16) -> u32 {
         let code = if self.bits == 0 {
             0
         } else {
             let c = (self.steps_per_doubling() * f64::from(updates.max(1)).log2()).round() as u32;
             c.min((1 << self.bits) - 1)
         };
-        (m << 31) | (code << self.row_bits) | row
+        head | (code << self.row_bits)
     }
 
-    /// Matrix, row and updates of a head.
-    pub fn decode(self, head: u32) -> (u32, u32, u32) {
-        let row = head & ((1u32 << self.row_bits) - 1);
-        let code = (head & 0x7fff_ffff) >> self.row_bits;
+    /// The row head and the updates of an encoded head.
+    pub fn decode(self, head: u32) -> (u32, u32) {
+        let code_mask = ((1u32 << self.bits) - 1) << self.row_bits;
+        let code = (head & code_mask) >> self.row_bits;
         let updates = if self.bits == 0 {
             1
         } else {
             (f64::from(code) / self.steps_per_doubling()).exp2().round() as u32
         };
-        (head >> 31, row, updates)
+        (head & !code_mask, updates)
     }
 }
 
@@ -155,8 +155,9 @@ pub struct Combine {
     /// Every delta's row (index into `rows`) and updates.
     updates: Vec<(u32, u32)>,
     sum: Vec<f32>,
-    /// Per row, the sum of the copies' shares of their way (scratch of `drain`).
+    /// Per row, the sum of the copies' shares of their way and the rate (scratch of `drain`).
     share: Vec<f64>,
+    rate: Vec<f64>,
     out: Vec<f32>,
 }
 
@@ -185,6 +186,7 @@ impl Combine {
             updates: Vec::new(),
             sum: Vec::new(),
             share: Vec::new(),
+            rate: Vec::new(),
             out: vec![0.0; dim],
         }
     }
@@ -228,18 +230,17 @@ impl Combine {
         let d = self.dim;
         self.share.clear();
         self.share.resize(self.rows.len(), 0.0);
-        let rate: Vec<f64> = self
-            .rows
-            .iter()
-            .zip(&self.count)
-            .map(|(&row, &(k, _))| {
+        let stiffness = self.stiffness * f64::from(lr);
+        self.rate.clear();
+        self.rate
+            .extend(self.rows.iter().zip(&self.count).map(|(&row, &(k, _))| {
                 if k < 2 {
                     0.0
                 } else {
-                    self.stiffness * f64::from(lr) * f64::from(norm2(row))
+                    stiffness * f64::from(norm2(row))
                 }
-            })
-            .collect();
+            }));
+        let rate = &self.rate;
         for &(i, n) in &self.updates {
             let i = i as usize;
             if self.count[i].0 > 1 {
@@ -705,8 +706,9 @@ mod tests {
             for row in [0u32, (max_rows - 1) as u32] {
                 for m in [0u32, 1] {
                     for n in [1u16, 2, 7, 64, 1000, u16::MAX] {
-                        let (dm, drow, dn) = c.decode(c.encode(m, row, n));
-                        assert_eq!((dm, drow), (m, row), "{max_rows} rows: {n}");
+                        let head = (m << 31) | row;
+                        let (dhead, dn) = c.decode(c.encode(head, n));
+                        assert_eq!(dhead, head, "{max_rows} rows: {n}");
                         if c.bits == 0 {
                             assert_eq!(dn, 1);
                         } else {

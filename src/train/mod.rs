@@ -97,7 +97,7 @@ pub struct Trainer<'a, M: model::Model> {
     /// answered in the next exchange it sends.
     deferred: std::collections::VecDeque<Deferred<M::Plan>>,
     to_answer: Vec<Vec<u32>>,
-    /// The deltas of the exchange being absorbed, averaged per row (`cache::Combine`).
+    /// The deltas of the exchange being absorbed, combined per row (`cache::Combine`).
     combine: Combine,
     /// The learning rate of the step in flight (the owner's `Combine` reads it).
     lr_now: f32,
@@ -1728,10 +1728,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             send[o].extend_from_slice(&(idx.len() as u32).to_le_bytes());
             for &i in idx {
                 encode_row(wire, &adm.push_vals[i * dim..(i + 1) * dim], &mut enc);
-                let h = head(adm.push_keys[i]).1;
-                let h = self
-                    .update_code
-                    .encode(h >> 31, h & 0x7fff_ffff, adm.push_refs[i]);
+                let h = (self.update_code).encode(head(adm.push_keys[i]).1, adm.push_refs[i]);
                 send[o].extend_from_slice(&h.to_le_bytes());
                 send[o].extend_from_slice(&enc);
             }
@@ -1842,10 +1839,9 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             at += deltas * rec;
             self.m.push_bytes_received += d.len() as u64;
             for r in d.chunks_exact(rec) {
-                let (m, h, updates) = self
-                    .update_code
+                let (h, updates) = (self.update_code)
                     .decode(u32::from_le_bytes(r[..4].try_into().expect("4 bytes")));
-                let at = self.own_row((m << 31) | h);
+                let at = self.own_row(h);
                 decode_row(wire, &r[DELTA_HEAD..], &mut row);
                 combine.add(at, &row, updates);
             }
