@@ -151,8 +151,8 @@ pub struct PlanCmd {
     #[arg(long)]
     pub mem_per_node: Option<String>,
     /// Sharded strategy's wire precision of rows and deltas
-    #[arg(long, value_enum, default_value = "f16")]
-    pub wire_dtype: crate::config::Dtype,
+    #[arg(long, value_enum, default_value = "int8")]
+    pub wire_dtype: crate::config::WireDtype,
     /// Seconds per message (alpha)
     #[arg(long, default_value_t = 2e-6)]
     pub latency: f64,

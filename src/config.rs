@@ -110,6 +110,55 @@ impl Dtype {
     }
 }
 
+/// Precision of rows and deltas in the sharded strategy's messages (`--wire-dtype`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum WireDtype {
+    #[serde(alias = "float32")]
+    F32,
+    #[serde(alias = "float16")]
+    F16,
+    #[serde(alias = "bfloat16")]
+    Bf16,
+    /// One byte per value and an f32 scale per row (the row's largest magnitude / 127): rows
+    /// round to nearest, deltas stochastically (unbiased)
+    Int8,
+}
+
+impl WireDtype {
+    /// Bytes per value (the metrics' `wire_bytes`; int8 adds a 4-byte scale per row).
+    pub fn size(self) -> usize {
+        match self {
+            WireDtype::F32 => 4,
+            WireDtype::F16 | WireDtype::Bf16 => 2,
+            WireDtype::Int8 => 1,
+        }
+    }
+
+    /// The wire precision whose [`size`](Self::size) is `bytes` (metrics record the size).
+    pub fn of_size(bytes: usize) -> Option<WireDtype> {
+        match bytes {
+            4 => Some(WireDtype::F32),
+            2 => Some(WireDtype::F16),
+            1 => Some(WireDtype::Int8),
+            _ => None,
+        }
+    }
+
+    /// Bytes of one row of `dim` values.
+    pub fn row_bytes(self, dim: usize) -> usize {
+        match self {
+            WireDtype::Int8 => 4 + dim,
+            w => dim * w.size(),
+        }
+    }
+}
+
+/// Bytes of a row of `dim` values on the wire, from the metrics' bytes per value.
+pub fn wire_row_bytes(dim: usize, per_value: usize) -> usize {
+    WireDtype::of_size(per_value).map_or(dim * per_value, |w| w.row_bytes(dim))
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Optimizer {
@@ -252,7 +301,7 @@ pub struct RawTrain {
     /// Precision of rows and deltas on the wire (hogwild across nodes): f16 (default: the same
     /// Micro-F1 as f32 on BlogCatalog, half the bytes), bf16 or f32; owners accumulate in f32
     #[arg(long, value_enum)]
-    pub wire_dtype: Option<Dtype>,
+    pub wire_dtype: Option<WireDtype>,
     #[arg(long)]
     pub seed: Option<u64>,
     /// Node-to-rank placement: striped (default) or block
@@ -382,7 +431,7 @@ struct FileCompute {
     cache_rows: Option<usize>,
     cache_refresh: Option<u64>,
     fetch: Option<Fetch>,
-    wire_dtype: Option<Dtype>,
+    wire_dtype: Option<WireDtype>,
     strategy: Option<Strategy>,
     sync: Option<Sync>,
     shared_negatives: Option<usize>,
@@ -612,7 +661,7 @@ pub struct TrainConfig {
     /// `None`: [`default_cache_refresh`] of the job's ranks (resolved in `Trainer::new`).
     pub cache_refresh: Option<u64>,
     pub fetch: Fetch,
-    pub wire_dtype: Dtype,
+    pub wire_dtype: WireDtype,
     pub strategy: Strategy,
     pub sync: Sync,
     pub seed: u64,
@@ -694,21 +743,21 @@ pub enum Fetch {
     Rma,
 }
 
-/// The default clock of a cached row (`--cache-refresh`) for a job whose rows are held by
-/// `copies` ranks (every rank keeps its own copies, ranks of one node too): about 32 uses summed
-/// over the copies before a row is synchronised, at least 2 per copy. Each copy is trained unseen
-/// by the others, so the bound is on their sum (HET bounds a global clock). Measured on
-/// BlogCatalog with the copies of one exchange averaged (`train::cache`'s rule before its
-/// saturation model): 8 ranks as 4 nodes of 2 ranks, clock 4
-/// (this default) 36.4 Micro-F1 against clock 8 (the old per-node default) 35.4; 8 simulated nodes,
-/// clock 8 diverged (docs/architecture.md).
+/// The default clock of a cached row (`--cache-refresh`, in steps) for a job whose rows are held
+/// by `copies` ranks (every rank keeps its own copies, ranks of one node too, and each trains
+/// `--batch-size / copies` pairs per step): `16 / copies`, at least 1, so that the updates a
+/// row's copies take unseen by each other stay near two batches at 8 simulated nodes and fall as
+/// nodes are added. Measured on BlogCatalog DeepWalk with int8 rows and deltas
+/// (docs/architecture.md): 8 simulated nodes clock 2 Micro-F1 37.50 at 139 B per pair (clock 4
+/// in f16, the default before: 36.72 at 160 B); 16 simulated nodes clock 1 37.28.
 pub fn default_cache_refresh(copies: u64) -> u64 {
-    (32 / copies.max(1)).max(2)
+    (16 / copies.max(1)).max(1)
 }
 
-/// The longest `--cache-refresh` that keeps the bound: the default.
+/// The longest `--cache-refresh` that keeps the bound: twice the default (8 simulated nodes at
+/// clock 8 diverged; clock 4 trained, docs/architecture.md).
 pub fn max_cache_refresh(copies: u64) -> u64 {
-    default_cache_refresh(copies)
+    (32 / copies.max(1)).max(2)
 }
 
 /// Whether the ranks of one node share their rows (`--node-memory`).
@@ -941,7 +990,7 @@ impl TrainConfig {
             cache_rows: r.cache_rows,
             cache_refresh: r.cache_refresh,
             fetch: r.fetch.unwrap_or(Fetch::Alltoall),
-            wire_dtype: r.wire_dtype.unwrap_or(Dtype::F16),
+            wire_dtype: r.wire_dtype.unwrap_or(WireDtype::Int8),
             strategy: r.strategy.unwrap_or(Strategy::Sharded),
             sync: r.sync.unwrap_or(Sync::Sparse),
             seed: r.seed.unwrap_or(0),
@@ -1098,7 +1147,7 @@ impl TrainConfig {
                 return Err(Error::config(errs.join("; ")));
             }
             c.update = Update::Hogwild;
-            c.wire_dtype = Dtype::F32;
+            c.wire_dtype = WireDtype::F32;
         } else if r.sync.is_some() {
             return Err(Error::config(
                 "--sync applies to --strategy replicated (the data-parallel baseline)".to_string(),
@@ -1113,15 +1162,23 @@ impl TrainConfig {
         }
         if c.update == Update::Batched && r_wire.is_none() {
             // The default reduced wire precision is hogwild's; batched gradients travel in f32.
-            c.wire_dtype = Dtype::F32;
+            c.wire_dtype = WireDtype::F32;
         }
-        if c.wire_dtype == Dtype::F16 && c.update == Update::Batched {
+        if matches!(c.wire_dtype, WireDtype::F16 | WireDtype::Int8) && c.update == Update::Batched {
+            let w = if c.wire_dtype == WireDtype::F16 {
+                "f16: this run updates through --update batched{}, whose gradients need f32's range (f16 overflows above 65504 and flushes below 6e-8)"
+            } else {
+                "int8: this run updates through --update batched{}, whose gradients are not quantised (int8 carries hogwild's rows and deltas)"
+            };
             return Err(Error::config(format!(
-                "--wire-dtype f16: this run updates through --update batched{}, whose gradients need f32's range (f16 overflows above 65504 and flushes below 6e-8): use --wire-dtype bf16 (half the bytes, f32's range) or f32",
-                match c.hogwild_blockers().as_slice() {
-                    [] => String::new(),
-                    b => format!(" (hogwild needs {})", b.join(", ")),
-                }
+                "--wire-dtype {}: use --wire-dtype bf16 (half the bytes, f32's range) or f32",
+                w.replace(
+                    "{}",
+                    &match c.hogwild_blockers().as_slice() {
+                        [] => String::new(),
+                        b => format!(" (hogwild needs {})", b.join(", ")),
+                    }
+                )
             )));
         }
         Ok(c)
@@ -1591,7 +1648,10 @@ mod tests {
     fn wire_dtype_defaults_by_update_path_and_refuses_f16_gradients() {
         let c = |r: RawTrain| TrainConfig::from_raw(r);
         let hog = c(raw()).unwrap();
-        assert_eq!((hog.update, hog.wire_dtype), (Update::Hogwild, Dtype::F16));
+        assert_eq!(
+            (hog.update, hog.wire_dtype),
+            (Update::Hogwild, WireDtype::Int8)
+        );
         assert_eq!((hog.fetch, hog.cache_rows), (Fetch::Alltoall, None));
         let batched = c(RawTrain {
             optimizer: Some(Optimizer::Adagrad),
@@ -1600,19 +1660,22 @@ mod tests {
         .unwrap();
         assert_eq!(
             (batched.update, batched.wire_dtype),
-            (Update::Batched, Dtype::F32)
+            (Update::Batched, WireDtype::F32)
         );
         // Batched gradients travel in bf16 when asked (f32's range); f16 is refused.
         let bf = c(RawTrain {
             optimizer: Some(Optimizer::Adagrad),
-            wire_dtype: Some(Dtype::Bf16),
+            wire_dtype: Some(WireDtype::Bf16),
             ..raw()
         })
         .unwrap();
-        assert_eq!((bf.update, bf.wire_dtype), (Update::Batched, Dtype::Bf16));
+        assert_eq!(
+            (bf.update, bf.wire_dtype),
+            (Update::Batched, WireDtype::Bf16)
+        );
         let e = c(RawTrain {
             optimizer: Some(Optimizer::Adagrad),
-            wire_dtype: Some(Dtype::F16),
+            wire_dtype: Some(WireDtype::F16),
             ..raw()
         })
         .unwrap_err()
@@ -1623,6 +1686,14 @@ mod tests {
                 && e.contains("--optimizer sgd"),
             "{e}"
         );
+        let e = c(RawTrain {
+            optimizer: Some(Optimizer::Adagrad),
+            wire_dtype: Some(WireDtype::Int8),
+            ..raw()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--wire-dtype int8") && e.contains("bf16"), "{e}");
         let e = c(RawTrain {
             cache_refresh: Some(0),
             ..raw()
@@ -1641,7 +1712,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             (f.cache_rows, f.cache_refresh, f.fetch, f.wire_dtype),
-            (Some(0), Some(4), Fetch::Rma, Dtype::F32)
+            (Some(0), Some(4), Fetch::Rma, WireDtype::F32)
         );
     }
 

@@ -227,7 +227,7 @@ impl Rates {
             );
             let uses = hits + misses + refreshes;
             if uses > 0.0 {
-                let wb = (m0.dim * m0.wire_bytes) as f64;
+                let wb = crate::config::wire_row_bytes(m0.dim, m0.wire_bytes) as f64;
                 let remote_rows = m0.graph_rows as f64 * remote;
                 r.uses_per_pair = uses / (pairs * remote);
                 r.uses_batch = pairs / sum(&|m| m.steps as f64).max(1.0);
@@ -393,7 +393,7 @@ pub fn plan(job: &Job, rates: &Rates) -> Result<(f64, Vec<Plan>)> {
 
     // Sharded.
     let remote = (machines - 1.0) / machines;
-    let wb = d * job.wire_bytes as f64;
+    let wb = crate::config::wire_row_bytes(job.dim, job.wire_bytes) as f64;
     let clock = default_cache_refresh(job.ranks as u64) as f64;
     let bytes_rank = sharded_bytes(
         rates,

@@ -376,7 +376,7 @@ pub fn summary_table(all: &[RankMetrics]) -> String {
         let evictions: u64 = all.iter().map(|m| m.cache_evictions).sum();
         let damped: u64 = all.iter().map(|m| m.cache_deltas_damped).sum();
         let deltas = (all.iter().map(|m| m.push_bytes_received).sum::<u64>()
-            / (4 + all[0].dim as u64 * all[0].wire_bytes.max(1) as u64))
+            / (4 + crate::config::wire_row_bytes(all[0].dim, all[0].wire_bytes.max(1)) as u64))
             .max(1);
         let uses = (hits + misses + refreshes).max(1) as f64;
         s.push_str(&format!(

@@ -8,7 +8,7 @@ use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
 use crate::comm::{Comm, Window};
-use crate::config::{Dtype, Optimizer};
+use crate::config::{Dtype, Optimizer, WireDtype};
 
 /// Convert one stored row to f32.
 #[inline]
@@ -86,6 +86,60 @@ pub fn encode_row(dtype: Dtype, row: &[f32], bytes: &mut [u8]) {
             h.convert_from_f32_slice(x)
         }),
     }
+}
+
+/// Put one f32 row on the wire in `wire`'s precision (`wire.row_bytes(row.len())` bytes). For
+/// int8, the row's scale (its largest magnitude / 127, f32) comes first, then one signed byte
+/// per value: rounded to nearest when `dither` is `None` (rows read by copies: the copy keeps
+/// the value it read as its base, so the rounding never reaches the owner's row), else
+/// stochastically from the counter-based stream `dither` (deltas: unbiased, so that rounding
+/// does not drift the owner's row; deterministic for a given seed).
+pub fn encode_wire(wire: WireDtype, row: &[f32], bytes: &mut [u8], dither: Option<u64>) {
+    let dtype = match wire {
+        WireDtype::F32 => Dtype::F32,
+        WireDtype::F16 => Dtype::F16,
+        WireDtype::Bf16 => Dtype::Bf16,
+        WireDtype::Int8 => {
+            let top = row.iter().fold(0f32, |a, x| a.max(x.abs()));
+            let top = if top.is_finite() { top } else { f32::MAX };
+            let scale = top / 127.0;
+            bytes[..4].copy_from_slice(&scale.to_le_bytes());
+            let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+            let mut h = dither.map(|d| d.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+            for (x, b) in row.iter().zip(&mut bytes[4..]) {
+                let u = match &mut h {
+                    None => 0.5,
+                    Some(h) => {
+                        // xorshift64: a uniform in [0, 1) per value.
+                        *h ^= *h << 13;
+                        *h ^= *h >> 7;
+                        *h ^= *h << 17;
+                        (*h >> 40) as f32 * (1.0 / (1u64 << 24) as f32)
+                    }
+                };
+                *b = (x * inv + u).floor().clamp(-127.0, 127.0) as i8 as u8;
+            }
+            return;
+        }
+    };
+    encode_row(dtype, row, bytes)
+}
+
+/// A row from the wire, as [`encode_wire`] put it.
+pub fn decode_wire(wire: WireDtype, bytes: &[u8], out: &mut [f32]) {
+    let dtype = match wire {
+        WireDtype::F32 => Dtype::F32,
+        WireDtype::F16 => Dtype::F16,
+        WireDtype::Bf16 => Dtype::Bf16,
+        WireDtype::Int8 => {
+            let scale = f32::from_le_bytes(bytes[..4].try_into().expect("4 bytes"));
+            for (o, &b) in out.iter_mut().zip(&bytes[4..]) {
+                *o = f32::from(b as i8) * scale;
+            }
+            return;
+        }
+    };
+    decode_row(dtype, bytes, out)
 }
 
 /// Hyper-parameters of the owner-side update.
@@ -446,6 +500,55 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn int8_wire_rounds_rows_to_the_nearest_step_and_deltas_without_bias() {
+        let dim = 128;
+        let row: Vec<f32> = (0..dim)
+            .map(|i| ((i * 53 % 97) as f32 - 48.0) * 0.013)
+            .collect();
+        let top = row.iter().fold(0f32, |a, x| a.max(x.abs()));
+        let mut b = vec![0u8; WireDtype::Int8.row_bytes(dim)];
+        assert_eq!(b.len(), dim + 4);
+        let mut out = vec![0f32; dim];
+        encode_wire(WireDtype::Int8, &row, &mut b, None);
+        decode_wire(WireDtype::Int8, &b, &mut out);
+        for (x, y) in row.iter().zip(&out) {
+            assert!((x - y).abs() <= top / 254.0 * 1.001, "{x} -> {y}");
+        }
+        // The largest value survives (no clamping of the top), a zero row stays zero.
+        let i = row.iter().position(|x| x.abs() == top).unwrap();
+        assert!((out[i] - row[i]).abs() < 1e-6);
+        encode_wire(WireDtype::Int8, &[0.0; 128], &mut b, Some(1));
+        decode_wire(WireDtype::Int8, &b, &mut out);
+        assert!(out.iter().all(|&x| x == 0.0));
+        // Dithered: every value within one step, and the mean over many draws is the value
+        // (a value a third of a step lands on the upper step a third of the time).
+        let mut mean = vec![0f64; dim];
+        let draws = 4000;
+        for d in 0..draws {
+            encode_wire(WireDtype::Int8, &row, &mut b, Some(d));
+            decode_wire(WireDtype::Int8, &b, &mut out);
+            for ((m, x), y) in mean.iter_mut().zip(&row).zip(&out) {
+                assert!((x - y).abs() <= top / 127.0 * 1.001);
+                *m += f64::from(*y) / draws as f64;
+            }
+        }
+        let step = f64::from(top) / 127.0;
+        for (m, x) in mean.iter().zip(&row) {
+            assert!((m - f64::from(*x)).abs() < 0.05 * step, "{m} vs {x}");
+        }
+        // The same seed gives the same bytes; the other precisions are the storage codecs.
+        let mut b2 = b.clone();
+        encode_wire(WireDtype::Int8, &row, &mut b2, Some(draws - 1));
+        assert_eq!(b, b2);
+        let mut h = vec![0u8; WireDtype::F16.row_bytes(dim)];
+        encode_wire(WireDtype::F16, &row, &mut h, Some(3));
+        decode_wire(WireDtype::F16, &h, &mut out);
+        let mut want = vec![0f32; dim];
+        decode_row(Dtype::F16, &h, &mut want);
+        assert_eq!(out, want);
+    }
 
     #[test]
     fn parallel_apply_equals_sequential_and_sums_repeated_rows() {

@@ -19,9 +19,10 @@ fn every_remote_path_setting_trains_and_counts_its_bytes() {
     let d = tmp();
     let (g, l) = sbm(d.path(), 1200, 4);
     let (emb, m) = (p(d.path(), "emb.h5"), p(d.path(), "m.jsonl"));
-    // (flags, wire bytes per value of fetched rows, one-sided reads)
-    let cases: [(&[&str], u64, bool); 9] = [
-        (&[], 2, false),
+    // (flags, bytes per fetched row of 32 values, one-sided reads). The default wire is int8:
+    // a byte per value and a 4-byte scale per row.
+    let cases: [(&[&str], u64, bool); 10] = [
+        (&[], 36, false),
         (
             &[
                 "--model",
@@ -33,23 +34,24 @@ fn every_remote_path_setting_trains_and_counts_its_bytes() {
                 "--lr",
                 "0.05",
             ],
-            2,
+            36,
             false,
         ),
-        (&["--wire-dtype", "f32"], 4, false),
-        (&["--wire-dtype", "bf16", "--cache-refresh", "2"], 2, false),
+        (&["--wire-dtype", "f32"], 128, false),
+        (&["--wire-dtype", "f16"], 64, false),
+        (&["--wire-dtype", "bf16", "--cache-refresh", "2"], 64, false),
         // One-sided reads move rows in the storage dtype (f32).
-        (&["--fetch", "rma"], 4, true),
+        (&["--fetch", "rma"], 128, true),
         // A cache too small for a batch: evictions, and it grows with a warning.
-        (&["--cache-rows", "40"], 2, false),
+        (&["--cache-rows", "40"], 36, false),
         // No cache: every batch fetches its rows and pushes their deltas (the earlier path).
-        (&["--cache-rows", "0"], 4, true),
+        (&["--cache-rows", "0"], 128, true),
         // Rows stored in 16 bits, updated in place by the hogwild kernels: read one-sidedly
         // in their storage dtype, and with the cache (deltas added to f16 cells by owners).
-        (&["--dtype", "f16", "--cache-rows", "0"], 2, true),
-        (&["--dtype", "bf16"], 2, false),
+        (&["--dtype", "f16", "--cache-rows", "0"], 64, true),
+        (&["--dtype", "bf16"], 36, false),
     ];
-    for (i, (extra, value_bytes, one_sided)) in cases.iter().enumerate() {
+    for (i, (extra, row_bytes, one_sided)) in cases.iter().enumerate() {
         let mut a = args(s(&g), s(&emb), s(&m));
         a.extend_from_slice(extra);
         let o = mpirun(3, 240, &a);
@@ -59,7 +61,7 @@ fn every_remote_path_setting_trains_and_counts_its_bytes() {
         let ms = metrics(&m);
         let (rows, fetched) = (sum(&ms, "remote_rows"), sum(&ms, "fetch_bytes"));
         assert!(rows > 0, "case {i}: nothing fetched");
-        assert_eq!(fetched, rows * 32 * value_bytes, "case {i}: fetch bytes");
+        assert_eq!(fetched, rows * row_bytes, "case {i}: fetch bytes");
         let read = sum(&ms, "one_sided_bytes");
         assert_eq!(read > 0, *one_sided, "case {i}: one-sided bytes {read}");
         let hits = sum(&ms, "cache_hits");

@@ -21,7 +21,8 @@ use rustc_hash::FxHashMap;
 use crate::checkpoint::{self, Cursor, Restored, Snapshot, Writing};
 use crate::comm::{Channel, Comm, Posted, ReduceOp};
 use crate::config::{
-    Dtype, Every, FaultKind, Fetch, Kernel, Model, NodeMemory, OnNan, Strategy, TrainConfig, Update,
+    Every, FaultKind, Fetch, Kernel, Model, NodeMemory, OnNan, Strategy, TrainConfig, Update,
+    WireDtype,
 };
 use crate::error::{Error, Result};
 use crate::graph::triples::{Triple, TripleFile, Weighted};
@@ -34,7 +35,7 @@ use crate::sample::walk::{Segments, WalkEngine, WalkParams};
 use crate::sample::{rng_for, Rng};
 use crate::spmd::{agree, fatal};
 use crate::stats::{human_bytes, peak_rss_bytes, LossWatch, RankMetrics, Timer};
-use crate::store::{decode_row, encode_row, InPlaceRows, OptParams, Shard};
+use crate::store::{decode_row, decode_wire, encode_wire, InPlaceRows, OptParams, Shard};
 use cache::{Admission, Combine, RowCache, UpdateCode};
 use replicated::Replica;
 
@@ -881,6 +882,11 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         } else {
             self.comm.size() as f64
         };
+        let batch_parts = if node_walks && parts > 1.0 {
+            self.comm.size()
+        } else {
+            spread as usize
+        };
         let steps = if spread > 1.0 {
             (spread / (spread - 1.0)).min(f64::from(cfg.walk_length))
         } else {
@@ -899,8 +905,12 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             // count. With node-shared rows a node's ranks update one copy in place (nothing of
             // the node is stale), so each rank takes its node's share: the ranks of one node
             // step as single-rank jobs would (BlogCatalog, 4 ranks on one node: 5.3M pairs/s
-            // at the same Micro-F1, against 3.6M with a quarter of the walkers each).
-            in_flight: ((cfg.batch_size.div_ceil(spread as usize) as f64
+            // at the same Micro-F1, against 3.6M with a quarter of the walkers each). Across
+            // nodes every rank also trains its own copies of the remote rows, so each takes its
+            // share of the job's ranks as private rows do: with its node's share, 4 nodes of 2
+            // ranks (BlogCatalog) trained copies twice as long per step and lost 0.8 Micro-F1
+            // (36.58 at clock 1 against 37.42 with private rows).
+            in_flight: ((cfg.batch_size.div_ceil(batch_parts) as f64
                 / ((cfg.window as usize + 1) as f64 * steps)) as usize)
                 .min((self.g.num_local() * cfg.walks_per_node as usize).div_ceil(16))
                 .max(1),
@@ -1695,7 +1705,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
     ) -> (Vec<Vec<u8>>, Vec<Vec<(u32, bool)>>) {
         let (comm, cfg, part) = (self.comm, self.cfg, &self.g.part);
         let (dim, wire, n) = (cfg.dim, cfg.wire_dtype, comm.size());
-        let wb = dim * wire.size();
+        let wb = wire.row_bytes(dim);
         let rma = cfg.fetch == Fetch::Rma;
         let in_place = self.shared.clone().expect("hogwild rows");
         let head = |key: u64| -> (usize, u32) {
@@ -1727,7 +1737,14 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         for (o, idx) in by_owner.iter().enumerate() {
             send[o].extend_from_slice(&(idx.len() as u32).to_le_bytes());
             for &i in idx {
-                encode_row(wire, &adm.push_vals[i * dim..(i + 1) * dim], &mut enc);
+                // Dithered per delta: the step, the row and the owner seed the rounding.
+                let dither = self.cfg.seed ^ (self.step << 24) ^ adm.push_keys[i].rotate_left(40);
+                encode_wire(
+                    wire,
+                    &adm.push_vals[i * dim..(i + 1) * dim],
+                    &mut enc,
+                    Some(dither),
+                );
                 let h = (self.update_code).encode(head(adm.push_keys[i]).1, adm.push_refs[i]);
                 send[o].extend_from_slice(&h.to_le_bytes());
                 send[o].extend_from_slice(&enc);
@@ -1757,7 +1774,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                 // atomic accesses, as these are.
                 let cells = unsafe { in_place[m].cells.cells() };
                 cells::load(cells.slice(at, dim), &mut row);
-                encode_row(wire, &row, &mut enc);
+                encode_wire(wire, &row, &mut enc, None);
                 b.extend_from_slice(&enc);
             }
         }
@@ -1790,7 +1807,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
     fn absorb(&mut self, recv: Vec<Vec<u8>>, seq: u64, adm: &Admission) -> u64 {
         let (comm, cfg, part) = (self.comm, self.cfg, &self.g.part);
         let (dim, wire, n) = (cfg.dim, cfg.wire_dtype, comm.size());
-        let wb = dim * wire.size();
+        let wb = wire.row_bytes(dim);
         let rma = cfg.fetch == Fetch::Rma;
         let in_place = self.shared.clone().expect("hogwild rows");
         let bad = |what: &str| -> ! {
@@ -1842,7 +1859,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                 let (h, updates) = (self.update_code)
                     .decode(u32::from_le_bytes(r[..4].try_into().expect("4 bytes")));
                 let at = self.own_row(h);
-                decode_row(wire, &r[DELTA_HEAD..], &mut row);
+                decode_wire(wire, &r[DELTA_HEAD..], &mut row);
                 combine.add(at, &row, updates);
             }
             let reqs = u32_at(b, at);
@@ -1897,7 +1914,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             for (o, b) in rows_in.iter().enumerate() {
                 self.m.fetch_bytes += b.len() as u64;
                 for (&(slot, new), r) in d.asked[o].iter().zip(b.chunks_exact(wb)) {
-                    decode_row(wire, r, &mut row);
+                    decode_wire(wire, r, &mut row);
                     cache.install(slot, &row, new);
                 }
             }
@@ -2078,9 +2095,9 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         let wire = if self.cfg.update == Update::Batched {
             self.cfg.wire_dtype
         } else {
-            Dtype::F32
+            WireDtype::F32
         };
-        let wb = dim * wire.size();
+        let wb = wire.row_bytes(dim);
         let t = Timer::start();
         let mut send = vec![Vec::new(); comm.size()];
         let mut mine: Vec<Vec<(u32, u32)>> = vec![Vec::new(); self.shards.len()];
@@ -2094,7 +2111,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                 b.extend_from_slice(&((row as u32) | ((m as u32) << 31)).to_le_bytes());
                 let at = b.len();
                 b.resize(at + wb, 0);
-                encode_row(wire, &grads[s * dim..(s + 1) * dim], &mut b[at..]);
+                encode_wire(wire, &grads[s * dim..(s + 1) * dim], &mut b[at..], None);
             }
         }
         self.m.push_bytes_sent += send.iter().map(|b| b.len() as u64).sum::<u64>();
@@ -2127,7 +2144,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                 let vals = &mut theirs[m].1;
                 let at = vals.len();
                 vals.resize(at + dim, 0.0);
-                decode_row(wire, &r[4..], &mut vals[at..]);
+                decode_wire(wire, &r[4..], &mut vals[at..]);
             }
         }
         if let Some(in_place) = &self.shared {
