@@ -282,6 +282,46 @@ pub fn latest(dir: &Path) -> Result<Option<u64>> {
     }
 }
 
+/// Before a run (rank 0): `--resume DIR` must name a directory holding a committed checkpoint
+/// (a mistyped path or an empty directory is an error; `--resume-if-present` may start fresh),
+/// and a `--checkpoint-dir` that holds committed checkpoints must be the one resumed from: its
+/// versions would otherwise be rotated away by a run they do not belong to.
+pub fn check_dirs(resume: Option<&Path>, required: bool, ckpt: Option<&Path>) -> Result<()> {
+    if let (Some(r), true) = (resume, required) {
+        if !r.is_dir() {
+            return Err(Error::config(format!(
+                "--resume {}: no such directory; check the path (--resume-if-present {} starts from the beginning when there is no checkpoint yet)",
+                r.display(),
+                r.display()
+            )));
+        }
+        if latest(r)?.is_none() {
+            return Err(Error::config(format!(
+                "--resume {}: the directory holds no committed checkpoint (no {LATEST} file); check the path, or use --resume-if-present to start from the beginning when there is none yet",
+                r.display()
+            )));
+        }
+    }
+    let Some(dir) = ckpt else {
+        return Ok(());
+    };
+    let Some(v) = latest(dir)? else {
+        return Ok(());
+    };
+    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a == b,
+    };
+    if resume.is_some_and(|r| same(r, dir)) {
+        return Ok(());
+    }
+    Err(Error::config(format!(
+        "--checkpoint-dir {}: holds another run's checkpoints (committed version {v}) that this run would rotate away; continue that run with --resume {}, or give an empty or new --checkpoint-dir",
+        dir.display(),
+        dir.display()
+    )))
+}
+
 /// Collective: the number the next version gets (above every directory already present).
 pub fn next_version(comm: &Comm, dir: &Path) -> Result<u64> {
     let mine = if comm.rank() == 0 {

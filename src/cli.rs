@@ -8,11 +8,20 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::RawTrain;
 use crate::graph::generate::Shape;
 
+/// `--version`: the release and the commit it was built from (main adds the MPI library and
+/// HDF5 found at run time).
+pub const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("GRAPHSCALE_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "graphscale",
-    version,
-    about = "Distributed graph embeddings (DeepWalk, node2vec, LINE) over MPI",
+    version = crate::cli::LONG_VERSION,
+    about = "Distributed graph embeddings over MPI: DeepWalk, node2vec, LINE and knowledge-graph models (DistMult, ComplEx, TransE, RotatE)",
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true
 )]
@@ -315,6 +324,10 @@ pub struct ConvertCmd {
     /// Node tokens are arbitrary strings, mapped to dense ids kept in `node_names`
     #[arg(long)]
     pub string_ids: bool,
+    /// Accept integer ids that leave more than 10% of the rows without an edge (by default
+    /// refused: use --string-ids to make such ids dense)
+    #[arg(long, conflicts_with = "string_ids")]
+    pub keep_isolated: bool,
 }
 
 #[derive(Debug, Subcommand)]

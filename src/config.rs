@@ -192,47 +192,59 @@ pub struct RawTrain {
     /// the graph, printed at start
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
+    /// What to train (default deepwalk): walk models deepwalk and node2vec, LINE (line),
+    /// knowledge-graph models distmult, complex, transe and rotate (on `convert --triples` files)
     #[arg(long, value_enum)]
     pub model: Option<Model>,
+    /// Embedding dimension (default 128; 200 for knowledge-graph models)
     #[arg(long)]
     pub dim: Option<usize>,
-    /// Storage type of the rows (math is always f32)
+    /// Storage type of the rows (default f32; math is always f32)
     #[arg(long, value_enum)]
     pub dtype: Option<Dtype>,
+    /// Optimizer of the rows (default sgd; adagrad for knowledge-graph models)
     #[arg(long, value_enum)]
     pub optimizer: Option<Optimizer>,
-    #[arg(long)]
+    /// Momentum of --optimizer momentum (default 0.9)
+    #[arg(long, allow_negative_numbers = true)]
     pub momentum: Option<f32>,
-    /// Initial learning rate (decays linearly to lr * 1e-4)
-    #[arg(long)]
+    /// Initial learning rate (default 0.025 for sgd and momentum, 0.1 adagrad, 0.01 adam;
+    /// 0.5 for distmult and complex with adagrad), decaying linearly to lr * 1e-4
+    #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f32>,
     /// Fraction of the run over which the learning rate warms up linearly from 0
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub warmup: Option<f32>,
+    /// Walk models: random walks started from every node (default 10)
     #[arg(long)]
     pub walks_per_node: Option<u32>,
+    /// Walk models: nodes per walk (default 80)
     #[arg(long)]
     pub walk_length: Option<u32>,
+    /// Walk models: skip-gram window, context nodes on each side (default 10)
     #[arg(long)]
     pub window: Option<u32>,
+    /// Negative samples per positive (default 5; 256 for knowledge-graph models)
     #[arg(long)]
     pub negatives: Option<u32>,
+    /// Passes over the walks, edge samples or triples (default 1; 30 for
+    /// knowledge-graph models)
     #[arg(long)]
     pub epochs: Option<u32>,
     /// node2vec return parameter
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub p: Option<f32>,
     /// node2vec in-out parameter
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub q: Option<f32>,
     /// LINE proximity order (1 or 2)
     #[arg(long)]
     pub order: Option<u32>,
     /// LINE: edge samples per epoch, as a multiple of the number of edges
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub line_samples: Option<f64>,
     /// Frequent-node subsampling threshold (word2vec `sample`; 0 disables)
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub subsample: Option<f64>,
     /// Positive pairs per training step over all ranks, each rank sampling its share (with
     /// node-shared rows: over all nodes, each rank taking its node's share)
@@ -298,10 +310,12 @@ pub struct RawTrain {
     /// embedding table)
     #[arg(long, value_enum)]
     pub sync: Option<Sync>,
-    /// Precision of rows and deltas on the wire (hogwild across nodes): f16 (default: the same
-    /// Micro-F1 as f32 on BlogCatalog, half the bytes), bf16 or f32; owners accumulate in f32
+    /// Precision of rows and deltas on the wire across nodes: int8 (default for hogwild: a byte
+    /// per value and an f32 scale per row; deltas rounded stochastically), f16, bf16 or f32
+    /// (default for --update batched, which refuses int8 and f16); owners accumulate in f32
     #[arg(long, value_enum)]
     pub wire_dtype: Option<WireDtype>,
+    /// Seed of every random choice (default 0): walks, negatives, initial rows
     #[arg(long)]
     pub seed: Option<u64>,
     /// Node-to-rank placement: striped (default) or block
@@ -319,14 +333,19 @@ pub struct RawTrain {
     /// Checkpoint interval: seconds with a unit (`30s`, `10m`, `1h`) or a step count (`5000`).
     #[arg(long)]
     pub checkpoint_every: Option<String>,
-    /// Resume from the last committed checkpoint in this directory.
-    #[arg(long)]
+    /// Resume from the last committed checkpoint in this directory (an error when it holds
+    /// none: a mistyped path never starts over silently)
+    #[arg(long, conflicts_with = "resume_if_present")]
     pub resume: Option<PathBuf>,
+    /// Resume from this directory's last committed checkpoint if it has one, else start from the
+    /// beginning (requeued batch jobs: `--checkpoint-dir ck --resume-if-present ck`)
+    #[arg(long)]
+    pub resume_if_present: Option<PathBuf>,
     /// What a non-finite loss or gradient does: abort the job, or skip the batch and count it.
     #[arg(long, value_enum)]
     pub on_nan: Option<OnNan>,
     /// Bound every pushed row gradient to this L2 norm (0: no clipping).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub clip_grad: Option<f32>,
     /// Knowledge-graph models: loss over a triple's score and its negatives' (default:
     /// softmax; logistic for transe and rotate)
@@ -337,14 +356,14 @@ pub struct RawTrain {
     #[arg(long, value_enum)]
     pub regularization: Option<Reg>,
     /// Knowledge-graph models: weight of --regularization
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub reg_weight: Option<f32>,
     /// Knowledge-graph models: margin gamma of transe and rotate scores and of --loss margin
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub gamma: Option<f32>,
     /// Knowledge-graph models, --loss logistic: weight negatives by softmax(alpha x score)
     /// (RotatE's self-adversarial sampling; 0: uniform)
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub adversarial_temperature: Option<f32>,
     /// Knowledge-graph models: how negatives are drawn (uniform or degree)
     #[arg(long, value_enum)]
@@ -394,6 +413,7 @@ struct FileCheckpoint {
     dir: Option<PathBuf>,
     every: Option<String>,
     resume: Option<PathBuf>,
+    resume_if_present: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -536,6 +556,7 @@ impl RawTrain {
             checkpoint_dir: f.checkpoint.dir,
             checkpoint_every: f.checkpoint.every,
             resume: f.checkpoint.resume,
+            resume_if_present: f.checkpoint.resume_if_present,
             on_nan: f.training.on_nan,
             clip_grad: f.training.clip_grad,
             loss: f.training.loss,
@@ -600,6 +621,7 @@ impl RawTrain {
             checkpoint_dir,
             checkpoint_every,
             resume,
+            resume_if_present,
             on_nan,
             clip_grad,
             loss,
@@ -670,6 +692,8 @@ pub struct TrainConfig {
     pub checkpoint_dir: Option<PathBuf>,
     pub checkpoint_every: Option<Every>,
     pub resume: Option<PathBuf>,
+    /// `--resume` (true: the directory must hold a checkpoint) or `--resume-if-present`.
+    pub resume_required: bool,
     pub on_nan: OnNan,
     pub clip_grad: f32,
     pub kg_loss: KgLoss,
@@ -942,6 +966,9 @@ impl TrainConfig {
             Optimizer::Adam => 0.01,
         };
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if r.resume.is_some() && r.resume_if_present.is_some() {
+            return bad("give one of resume and resume_if_present (--resume, --resume-if-present), not both".into());
+        }
         let has_dir = r.checkpoint_dir.is_some();
         let output_is_default = r.output.is_none();
         let mut c = TrainConfig {
@@ -1013,7 +1040,8 @@ impl TrainConfig {
                 Ok(None) if has_dir => Some(Every::Seconds(600.0)),
                 Ok(e) => e,
             },
-            resume: r.resume,
+            resume_required: r.resume.is_some(),
+            resume: r.resume.or(r.resume_if_present),
             on_nan: r.on_nan.unwrap_or(OnNan::Abort),
             clip_grad: r.clip_grad.unwrap_or(0.0),
             kg_loss: r.loss.unwrap_or(if distance {
@@ -1047,6 +1075,32 @@ impl TrainConfig {
                 .map_err(Error::config)?,
         };
         c.check()?;
+        // Flags that mean nothing to the model are refused, not ignored: a user who sets
+        // `--walk-length` for LINE believes it did something.
+        let walks = matches!(model, Model::Deepwalk | Model::Node2vec);
+        let line = model == Model::Line;
+        let unused: Vec<&str> = [
+            (r.walks_per_node.is_some(), "--walks-per-node", walks),
+            (r.walk_length.is_some(), "--walk-length", walks),
+            (r.window.is_some(), "--window", walks),
+            (r.kernel.is_some(), "--kernel", walks),
+            (r.order.is_some(), "--order", line),
+            (r.line_samples.is_some(), "--line-samples", line),
+        ]
+        .into_iter()
+        .filter(|&(given, _, applies)| given && !applies)
+        .map(|(_, flag, _)| flag)
+        .collect();
+        if !unused.is_empty() {
+            return bad(format!(
+                "{} {} not apply to --model {} ({}); drop {}",
+                unused.join(", "),
+                if unused.len() == 1 { "does" } else { "do" },
+                format!("{model:?}").to_lowercase(),
+                "--walks-per-node, --walk-length, --window and --kernel are the walk models' (deepwalk, node2vec), --order and --line-samples LINE's",
+                if unused.len() == 1 { "it" } else { "them" }
+            ));
+        }
         let kg_flags = [
             (r.loss.is_some(), "--loss"),
             (r.regularization.is_some(), "--regularization"),
@@ -1224,6 +1278,10 @@ impl TrainConfig {
             need(self.negatives <= 4096, "--negatives must be at most 4096");
         } else {
             need(self.negatives <= 1000, "--negatives must be at most 1000");
+            need(
+                self.negatives >= 1,
+                "--negatives must be at least 1 (negative sampling needs negatives: 5 is word2vec's default)",
+            );
         }
         need(self.batch_size > 0, "--batch-size must be at least 1");
         need(

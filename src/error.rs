@@ -39,6 +39,9 @@ pub enum Error {
     /// The embedding or evaluation inputs do not fit together.
     #[error("{0}")]
     Mismatch(String),
+    /// An output could not be written; the message says what became of the earlier file.
+    #[error("{0}")]
+    Output(String),
 }
 
 fn format_failures(failures: &[(usize, String)]) -> String {

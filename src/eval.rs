@@ -18,9 +18,12 @@ pub struct Labels {
     pub num_labels: usize,
 }
 
-/// Read `node<TAB>label` lines (any whitespace); labels may be any tokens.
-pub fn read_labels(path: &Path, num_nodes: usize) -> Result<Labels> {
+/// Read `node<TAB>label` lines (any whitespace); labels may be any tokens. Nodes are row numbers,
+/// or, when the embeddings carry `node_names` (a graph converted with `--string-ids`), names.
+pub fn read_labels(path: &Path, num_nodes: usize, names: Option<&[String]>) -> Result<Labels> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let by_name: Option<std::collections::HashMap<&str, usize>> =
+        names.map(|v| v.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect());
     let mut ids: BTreeMap<String, u32> = BTreeMap::new();
     let mut raw = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -37,9 +40,18 @@ pub fn read_labels(path: &Path, num_nodes: usize) -> Result<Labels> {
         let (Some(n), Some(l), None) = (f.next(), f.next(), f.next()) else {
             return Err(bad("expected 'node label'".into()));
         };
-        let node: usize = n
-            .parse()
-            .map_err(|_| bad(format!("node '{n}' is not a non-negative integer")))?;
+        let node: usize = match &by_name {
+            Some(m) => *m.get(n).ok_or_else(|| {
+                bad(format!(
+                    "node '{n}' is not among the embeddings' node_names (labels name nodes as the edge file did)"
+                ))
+            })?,
+            None => n.parse().map_err(|_| {
+                bad(format!(
+                    "node '{n}' is not a non-negative integer (the embeddings have no node_names: convert the graph with --string-ids to use names)"
+                ))
+            })?,
+        };
         if node >= num_nodes {
             return Err(bad(format!(
                 "node {node} does not exist: the embeddings have {num_nodes} rows"

@@ -26,13 +26,29 @@ pub fn npy(path: &Path, rows: usize, dim: usize, data: &[f32]) -> Result<()> {
     w.flush().map_err(io)
 }
 
-pub fn word2vec(path: &Path, rows: usize, dim: usize, data: &[f32]) -> Result<()> {
+/// word2vec text (gensim's `KeyedVectors.load_word2vec_format`): a `rows dim` line, then per row
+/// its key and values. The key is the node's name when the embeddings carry `node_names`
+/// (whitespace inside a name becomes `_`: the format splits on it), else its row number.
+pub fn word2vec(
+    path: &Path,
+    rows: usize,
+    dim: usize,
+    data: &[f32],
+    names: Option<&[String]>,
+) -> Result<()> {
     let f = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
     let mut w = std::io::BufWriter::new(f);
     let io = |e| Error::io(path, e);
     writeln!(w, "{rows} {dim}").map_err(io)?;
     for (i, row) in data.chunks_exact(dim).enumerate() {
-        write!(w, "{i}").map_err(io)?;
+        match names.and_then(|n| n.get(i)) {
+            Some(n) if n.contains(char::is_whitespace) => {
+                write!(w, "{}", n.replace(char::is_whitespace, "_"))
+            }
+            Some(n) => write!(w, "{n}"),
+            None => write!(w, "{i}"),
+        }
+        .map_err(io)?;
         for x in row {
             write!(w, " {x}").map_err(io)?;
         }

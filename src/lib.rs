@@ -18,6 +18,7 @@ pub mod eval;
 pub mod export;
 pub mod kgeval;
 pub mod model;
+pub mod outfile;
 pub mod plan;
 pub mod report;
 pub mod sample;

@@ -13,6 +13,7 @@ use graphscale::comm::{local, mpi::MpiComm, Comm};
 use graphscale::config::{RawTrain, TrainConfig};
 use graphscale::error::{Error, Result};
 use graphscale::graph::{csr, generate, h5, text};
+use graphscale::outfile::{self, Out};
 use graphscale::spmd::{agree, install_panic_hook};
 use graphscale::stats::summary_table;
 use graphscale::{export, train};
@@ -33,9 +34,20 @@ fn main() {
     }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayVersion => {
+            if launcher_rank().unwrap_or(0) == 0 {
+                print_version();
+            }
+            std::process::exit(0);
+        }
         Err(e) => {
-            if launcher_rank().unwrap_or(0) == 0 || !e.use_stderr() {
+            let rank = launcher_rank().unwrap_or(0);
+            if rank == 0 || !e.use_stderr() {
                 let _ = e.print();
+            } else {
+                // Let rank 0's message out before this rank's exit makes the launcher end the
+                // job (and with it rank 0, perhaps before its stderr was forwarded).
+                std::thread::sleep(Duration::from_secs(2));
             }
             std::process::exit(if e.use_stderr() { 2 } else { 0 });
         }
@@ -89,15 +101,24 @@ fn main() {
         Some(Command::Plan(ref x)) => serial(|| plan_cmd(x, &cli.global)),
         Some(Command::Info(ref i)) => spmd(&cli.global, |c| info(c, i)),
         Some(Command::Selftest(ref s)) => spmd(&cli.global, |c| selftest(c, s)),
-        Some(Command::Train(ref t)) => spmd(&cli.global, |c| train_cmd(c, t)),
-        None => {
-            if cli.train.raw.graph.is_none() && cli.train.config.is_none() {
+        Some(Command::Train(ref t)) if t.raw.graph.is_some() || t.config.is_some() => {
+            spmd(&cli.global, |c| train_cmd(c, t))
+        }
+        Some(Command::Train(_)) | None => {
+            let t = match &cli.command {
+                Some(Command::Train(t)) => t,
+                _ => &cli.train,
+            };
+            if t.raw.graph.is_none() && t.config.is_none() {
                 if launcher_rank().unwrap_or(0) == 0 {
                     use clap::CommandFactory;
                     eprintln!(
                         "graphscale: error: nothing to do: give --graph (an HDF5 edge file; see `graphscale convert`) or a subcommand\n\n{}\n\nFor more information, try '--help'.",
                         Cli::command().render_usage()
                     );
+                } else {
+                    // As for clap's usage errors: rank 0's message first.
+                    std::thread::sleep(Duration::from_secs(2));
                 }
                 2
             } else {
@@ -106,6 +127,19 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// `--version`: release, commit, and the MPI and HDF5 libraries this binary runs with.
+fn print_version() {
+    let (h1, h2, h3) = hdf5::library_version();
+    // MPI_Get_library_version is one of the calls allowed before MPI_Init.
+    let mpi = mpi::environment::library_version()
+        .map(|s| s.lines().next().unwrap_or("").trim().to_string())
+        .unwrap_or_else(|_| "unknown".into());
+    let (v, sv) = mpi::environment::version();
+    println!("graphscale {}", graphscale::cli::LONG_VERSION);
+    println!("MPI: {mpi} (MPI {v}.{sv})");
+    println!("HDF5: {h1}.{h2}.{h3}");
 }
 
 /// A one-process command. Under a launcher only rank 0 runs it (the others would write the same
@@ -169,12 +203,19 @@ fn convert(c: &ConvertCmd) -> Result<()> {
                 "--triples: triples are always directed with string ids; drop --directed and --string-ids",
             ));
         }
-        let r = graphscale::graph::triples::convert(
-            input,
-            &c.output,
-            c.vocab_from.as_deref(),
-            &c.names_from,
+        let mut inputs = vec![("--triples", input.as_path())];
+        inputs.extend(c.vocab_from.as_deref().map(|v| ("--vocab-from", v)));
+        inputs.extend(c.names_from.iter().map(|n| ("--names-from", n.as_path())));
+        outfile::check(
+            &[Out {
+                flag: "-o",
+                path: &c.output,
+            }],
+            &inputs,
         )?;
+        let r = outfile::write_with(&c.output, |tmp| {
+            graphscale::graph::triples::convert(input, tmp, c.vocab_from.as_deref(), &c.names_from)
+        })?;
         let secs = t.elapsed().as_secs_f64();
         println!(
             "converted {}: {} entities, {} relations, {} triples in {:.2} s -> {}",
@@ -191,7 +232,16 @@ fn convert(c: &ConvertCmd) -> Result<()> {
         .input
         .as_ref()
         .expect("clap requires input without --triples");
-    let r = text::convert(input, &c.output, c.directed, c.string_ids)?;
+    outfile::check(
+        &[Out {
+            flag: "-o",
+            path: &c.output,
+        }],
+        &[("the input", input)],
+    )?;
+    let r = outfile::write_with(&c.output, |tmp| {
+        text::convert(input, tmp, c.directed, c.string_ids, c.keep_isolated)
+    })?;
     let secs = t.elapsed().as_secs_f64();
     println!(
         "converted {}: {} nodes, {} edges{} in {:.2} s ({:.0} edges/s) -> {}",
@@ -203,6 +253,12 @@ fn convert(c: &ConvertCmd) -> Result<()> {
         r.num_edges as f64 / secs.max(1e-9),
         c.output.display()
     );
+    if r.isolated > 0 {
+        println!(
+            "note: {} of the {} rows have no edge (integer ids never used); they keep their random initial vectors",
+            r.isolated, r.num_nodes
+        );
+    }
     Ok(())
 }
 
@@ -217,9 +273,20 @@ fn generate_cmd(g: &GenerateCmd) -> Result<()> {
             labels,
             seed,
         } => {
-            let lab = generate::sbm(output, *nodes, *blocks, *avg_degree, *mix, *seed)?;
+            let mut outs = vec![Out {
+                flag: "-o",
+                path: output,
+            }];
+            outs.extend(labels.as_deref().map(|l| Out {
+                flag: "--labels",
+                path: l,
+            }));
+            outfile::check(&outs, &[])?;
+            let lab = outfile::write_with(output, |tmp| {
+                generate::sbm(tmp, *nodes, *blocks, *avg_degree, *mix, *seed)
+            })?;
             if let Some(l) = labels {
-                generate::write_labels(l, &lab)?;
+                outfile::write_with(l, |tmp| generate::write_labels(tmp, &lab))?;
             }
             println!(
                 "generated sbm: {nodes} nodes, {blocks} blocks -> {}",
@@ -232,7 +299,16 @@ fn generate_cmd(g: &GenerateCmd) -> Result<()> {
             output,
             seed,
         } => {
-            let m = generate::rmat(output, *scale, *edge_factor, *seed)?;
+            outfile::check(
+                &[Out {
+                    flag: "-o",
+                    path: output,
+                }],
+                &[],
+            )?;
+            let m = outfile::write_with(output, |tmp| {
+                generate::rmat(tmp, *scale, *edge_factor, *seed)
+            })?;
             println!(
                 "generated rmat: {} nodes, {m} edges -> {}",
                 1u64 << scale,
@@ -247,8 +323,17 @@ fn generate_cmd(g: &GenerateCmd) -> Result<()> {
             if *nodes < 3 {
                 return Err(Error::config("--nodes must be at least 3 for a shape"));
             }
+            outfile::check(
+                &[Out {
+                    flag: "-o",
+                    path: output,
+                }],
+                &[],
+            )?;
             let edges = generate::shape_edges(*shape, *nodes);
-            h5::write_edges(output, &edges, *nodes, false, false)?;
+            outfile::write_with(output, |tmp| {
+                h5::write_edges(tmp, &edges, *nodes, false, false)
+            })?;
             println!(
                 "generated {shape:?}: {nodes} nodes, {} edges -> {}",
                 edges.len(),
@@ -260,8 +345,16 @@ fn generate_cmd(g: &GenerateCmd) -> Result<()> {
 }
 
 fn reorder_cmd(x: &graphscale::cli::ReorderCmd) -> Result<()> {
-    let r =
-        graphscale::graph::reorder::reorder(&x.graph, &x.output, x.parts, x.rounds, x.seed, x.by)?;
+    outfile::check(
+        &[Out {
+            flag: "-o",
+            path: &x.output,
+        }],
+        &[("--graph", &x.graph)],
+    )?;
+    let r = outfile::write_with(&x.output, |tmp| {
+        graphscale::graph::reorder::reorder(&x.graph, tmp, x.parts, x.rounds, x.seed, x.by)
+    })?;
     if x.json {
         println!("{}", serde_json::to_string(&r).expect("json"));
     } else {
@@ -288,7 +381,25 @@ fn reorder_cmd(x: &graphscale::cli::ReorderCmd) -> Result<()> {
 }
 
 fn split_cmd(x: &SplitCmd) -> Result<()> {
-    let s = graphscale::linkpred::split(&x.graph, x.test_fraction, x.seed, &x.output, &x.test)?;
+    outfile::check(
+        &[
+            Out {
+                flag: "-o",
+                path: &x.output,
+            },
+            Out {
+                flag: "--test",
+                path: &x.test,
+            },
+        ],
+        &[("--graph", &x.graph)],
+    )?;
+    // Both outputs through partial files: the training graph is published only with its test set.
+    let s = outfile::write_with(&x.output, |train| {
+        outfile::write_with(&x.test, |test| {
+            graphscale::linkpred::split(&x.graph, x.test_fraction, x.seed, train, test)
+        })
+    })?;
     println!(
         "split {}: {} edges -> {} training ({}), {} held out + {} non-edges ({})",
         x.graph.display(),
@@ -365,7 +476,8 @@ fn eval_cmd(e: &EvalCmd) -> Result<()> {
         )));
     }
     let (rows, dim, data) = train::output::read_embeddings(embeddings)?;
-    let labels = graphscale::eval::read_labels(labels, rows)?;
+    let names = train::output::read_node_names(embeddings)?;
+    let labels = graphscale::eval::read_labels(labels, rows, names.as_deref())?;
     let splits = splits
         .as_deref()
         .map(|p| graphscale::eval::read_splits(p, &labels))
@@ -411,11 +523,19 @@ fn eval_cmd(e: &EvalCmd) -> Result<()> {
 }
 
 fn export_cmd(x: &ExportCmd) -> Result<()> {
+    outfile::check(
+        &[Out {
+            flag: "-o",
+            path: &x.output,
+        }],
+        &[("--embeddings", &x.embeddings)],
+    )?;
     let (rows, dim, data) = train::output::read_embeddings(&x.embeddings)?;
-    match x.format.as_str() {
-        "npy" => export::npy(&x.output, rows, dim, &data)?,
-        _ => export::word2vec(&x.output, rows, dim, &data)?,
-    }
+    let names = train::output::read_node_names(&x.embeddings)?;
+    outfile::write_with(&x.output, |tmp| match x.format.as_str() {
+        "npy" => export::npy(tmp, rows, dim, &data),
+        _ => export::word2vec(tmp, rows, dim, &data, names.as_deref()),
+    })?;
     println!("exported {rows} x {dim} -> {}", x.output.display());
     Ok(())
 }
@@ -486,21 +606,35 @@ fn train_cmd(comm: &Comm, t: &TrainCmd) -> Result<()> {
         None => Ok(t.raw.clone()),
     };
     let cfg = agree(comm, raw.and_then(TrainConfig::from_raw))?;
-    // The output's directory must take a file before hours of training go into it.
+    // Every output must be writable, and none an input, before hours of training go into it.
     let writable = if comm.rank() == 0 {
-        cfg.output.as_deref().map_or(Ok(()), |o| {
-            output_writable(o).map_err(|e| {
-                Error::config(format!(
-                    "cannot write the embeddings to {}{}: {e}; pass -o with a writable path",
-                    o.display(),
-                    if cfg.output_is_default {
-                        " (the default next to the graph, as no -o was given)"
-                    } else {
-                        ""
-                    }
-                ))
+        let mut outs = Vec::new();
+        outs.extend(cfg.output.as_deref().map(|o| Out {
+            flag: "-o",
+            path: o,
+        }));
+        outs.extend(cfg.metrics.as_deref().map(|m| Out {
+            flag: "--metrics",
+            path: m,
+        }));
+        let mut inputs = vec![("--graph", cfg.graph.as_path())];
+        inputs.extend(cfg.valid.as_deref().map(|v| ("--valid", v)));
+        inputs.extend(t.config.as_deref().map(|c| ("--config", c)));
+        outfile::check(&outs, &inputs)
+            .map_err(|e| match (e, cfg.output_is_default) {
+                (Error::Config(m), true) if m.starts_with("-o ") => Error::config(format!(
+                    "{m} (-o defaults to a file next to the graph, as no -o was given)"
+                )),
+                (e, _) => e,
             })
-        })
+            .and_then(|()| {
+                // A mistyped --resume, or a --checkpoint-dir of another run, before the load.
+                graphscale::checkpoint::check_dirs(
+                    cfg.resume.as_deref(),
+                    cfg.resume_required,
+                    cfg.checkpoint_dir.as_deref(),
+                )
+            })
     } else {
         Ok(())
     };
@@ -526,6 +660,14 @@ fn train_cmd(comm: &Comm, t: &TrainCmd) -> Result<()> {
 
 fn plan_cmd(x: &PlanCmd, g: &graphscale::cli::Global) -> Result<()> {
     use graphscale::plan::{self, Job, Rates};
+    if x.model.is_kg() {
+        // Their steps (chunks of triples against shared negatives, owner-side Adagrad, the
+        // replicated relations) are not in the model: a walk plan under their name would lie.
+        return Err(Error::config(format!(
+            "plan models the walk models and LINE, not --model {}: size a knowledge-graph run with a short `train --max-memory` start (it prints the estimate per rank) or docs/tuning.md",
+            format!("{:?}", x.model).to_lowercase()
+        )));
+    }
     let size = |flag: &str, v: &str| {
         graphscale::config::parse_bytes(v)
             .map(|b| b as f64)
@@ -598,17 +740,6 @@ fn report_cmd(x: &ReportCmd) -> Result<()> {
     }
     println!("wrote {} files to {}", written.len(), x.output.display());
     Ok(())
-}
-
-/// Whether a file can be created beside `path` (a probe file, removed at once).
-fn output_writable(path: &std::path::Path) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    let probe = dir.join(format!(".graphscale-probe-{}", std::process::id()));
-    std::fs::File::create(&probe)?;
-    std::fs::remove_file(&probe)
 }
 
 /// Transport checks run by the tests under real mpirun.

@@ -300,7 +300,9 @@ fn a_finished_run_is_never_discarded() {
     let o = mpirun(2, 120, &a);
     assert_eq!(o.code, 1, "{}", o.all());
     assert!(
-        o.stderr.contains("cannot write the embeddings to") && o.stderr.contains("no/such/dir"),
+        o.stderr.contains("-o ")
+            && o.stderr.contains("cannot create a file in")
+            && o.stderr.contains("no/such/dir"),
         "{}",
         o.stderr
     );

@@ -180,8 +180,7 @@ fn train_and_score(
 ) -> Trained {
     let emb = p(dir, "emb.h5");
     let metrics = p(dir, "metrics.jsonl");
-    let mut args = walk_args(s(g), s(&emb), s(&metrics));
-    args.extend_from_slice(extra);
+    let args = with_model(walk_args(s(g), s(&emb), s(&metrics)), extra);
     let o = if ranks == 1 {
         run(240, &args)
     } else {

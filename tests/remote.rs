@@ -52,8 +52,7 @@ fn every_remote_path_setting_trains_and_counts_its_bytes() {
         (&["--dtype", "bf16"], 36, false),
     ];
     for (i, (extra, row_bytes, one_sided)) in cases.iter().enumerate() {
-        let mut a = args(s(&g), s(&emb), s(&m));
-        a.extend_from_slice(extra);
+        let a = with_model(args(s(&g), s(&emb), s(&m)), extra);
         let o = mpirun(3, 240, &a);
         assert_eq!(o.code, 0, "case {i} {extra:?}: {}", o.all());
         let f1 = micro_f1(&emb, &l);

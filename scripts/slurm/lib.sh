@@ -37,7 +37,7 @@ gs_train() {
   OUT="${OUT:-emb-${SLURM_JOB_ID:-local}.h5}"
   local args=(--graph "$GRAPH" --model "$model" -o "$OUT" --threads "$THREADS" --metrics "${OUT%.h5}.metrics.jsonl")
   [[ -n "${CONFIG:-}" ]] && args+=(--config "$CONFIG")
-  [[ -n "${CKPT:-}" ]] && args+=(--checkpoint-dir "$CKPT" --checkpoint-every "${CKPT_EVERY:-10m}" --resume "$CKPT")
+  [[ -n "${CKPT:-}" ]] && args+=(--checkpoint-dir "$CKPT" --checkpoint-every "${CKPT_EVERY:-10m}" --resume-if-present "$CKPT")
   # shellcheck disable=SC2206
   [[ -n "${EXTRA:-}" ]] && args+=($EXTRA)
   echo "graphscale: $model, ${SLURM_NTASKS:-4} ranks on ${SLURM_JOB_NODELIST:-localhost}; graph $GRAPH -> $OUT"
@@ -65,11 +65,12 @@ gs_launch() {
   [[ "${SIMULATE_NODES:-0}" == 1 ]] && how="simulated node(s) on this machine"
   echo "graphscale: $n ranks, $per per node, on $k $how: ${*}"
   if [[ "$LAUNCHER" == srun ]]; then
-    # The whole step dies when one task fails.
+    # The whole step dies when one task fails. srun does not inherit the batch job's
+    # --cpus-per-task (Slurm 22.05 and later): without it a rank's THREADS share one CPU.
     if [[ "${SIMULATE_NODES:-0}" == 1 ]]; then
-      srun --kill-on-bad-exit=1 --mpi="${SRUN_MPI:-pmix}" -N 1 -n "$n" --overcommit "$BIN" "$@" "${extra[@]}"
+      srun --kill-on-bad-exit=1 --mpi="${SRUN_MPI:-pmix}" -N 1 -n "$n" --cpus-per-task "$THREADS" --overcommit "$BIN" "$@" "${extra[@]}"
     else
-      srun --kill-on-bad-exit=1 --mpi="${SRUN_MPI:-pmix}" -N "$k" -n "$n" --ntasks-per-node "$per" "$BIN" "$@"
+      srun --kill-on-bad-exit=1 --mpi="${SRUN_MPI:-pmix}" -N "$k" -n "$n" --ntasks-per-node "$per" --cpus-per-task "$THREADS" "$BIN" "$@"
     fi
     return
   fi
@@ -82,5 +83,8 @@ gs_launch() {
     hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n "$k" | sed "s/\$/:$per/" | paste -sd, -)
     place+=(--host "$hosts")
   fi
-  mpirun --oversubscribe "${place[@]}" -n "$n" "$BIN" "$@" "${extra[@]}"
+  # More ranks than the allocation's slots only where asked (OVERSUBSCRIBE=1) or simulated: on
+  # a cluster it hides a mis-sized allocation (ranks sharing cores, at a fraction of the speed).
+  [[ "${OVERSUBSCRIBE:-0}" == 1 || "${SIMULATE_NODES:-0}" == 1 ]] && place+=(--oversubscribe)
+  mpirun "${place[@]}" -n "$n" "$BIN" "$@" "${extra[@]}"
 }

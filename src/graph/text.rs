@@ -88,10 +88,27 @@ pub struct Converted {
     pub num_nodes: u64,
     pub num_edges: u64,
     pub weighted: bool,
+    /// Rows no edge touches (integer ids never used: a gap in the numbering).
+    pub isolated: u64,
 }
 
-/// Convert `input` to an HDF5 edge file at `output`.
-pub fn convert(input: &Path, output: &Path, directed: bool, string_ids: bool) -> Result<Converted> {
+/// Integer ids leaving more than this share of the rows without an edge are refused (they would
+/// be walked from, trained as noise and exported as untrained vectors) unless `--keep-isolated`.
+pub const MAX_ISOLATED_SHARE: f64 = 0.1;
+
+/// Integer ids are rows: at most 2^34 (16 billion) of them.
+pub const MAX_NUMERIC_ID: u64 = 1 << 34;
+
+/// Convert `input` to an HDF5 edge file at `output`. Integer ids are rows as they are; when
+/// more than `MAX_ISOLATED_SHARE` of the rows would have no edge the input is refused (with the
+/// count) unless `keep_isolated`: `--string-ids` gives such ids dense rows and keeps them as names.
+pub fn convert(
+    input: &Path,
+    output: &Path,
+    directed: bool,
+    string_ids: bool,
+    keep_isolated: bool,
+) -> Result<Converted> {
     let f = std::fs::File::open(input).map_err(|e| Error::io(input, e))?;
     let reader = BufReader::with_capacity(1 << 20, f);
     let mut ids = if string_ids {
@@ -104,6 +121,22 @@ pub fn convert(input: &Path, output: &Path, directed: bool, string_ids: bool) ->
     let mut line = String::new();
     let mut reader = reader;
     let mut no = 0u64;
+    // Integer ids seen (a bit per id; 125 MB at a billion ids).
+    let mut seen: Vec<u64> = Vec::new();
+    let mut mark = |v: u64| -> std::result::Result<(), String> {
+        if v >= MAX_NUMERIC_ID {
+            return Err(format!(
+                "node id {v} would make a matrix of {} rows; use --string-ids (dense rows, the ids kept as node_names)",
+                v + 1
+            ));
+        }
+        let (w, b) = ((v / 64) as usize, v % 64);
+        if w >= seen.len() {
+            seen.resize((w + 1).next_power_of_two(), 0);
+        }
+        seen[w] |= 1 << b;
+        Ok(())
+    };
     loop {
         line.clear();
         let n = reader
@@ -137,6 +170,9 @@ pub fn convert(input: &Path, output: &Path, directed: bool, string_ids: bool) ->
                 writer.insert(EdgeWriter::create(output, weighted)?)
             }
         };
+        if !string_ids {
+            mark(s).and_then(|()| mark(d)).map_err(bad)?;
+        }
         wr.push(Edge {
             src: s,
             dst: d,
@@ -153,10 +189,22 @@ pub fn convert(input: &Path, output: &Path, directed: bool, string_ids: bool) ->
         Ids::Numeric => wr.finish(None, directed, None)?,
         Ids::Strings { names, .. } => wr.finish(Some(names.len() as u64), directed, Some(names))?,
     };
+    let used: u64 = seen.iter().map(|w| u64::from(w.count_ones())).sum();
+    let isolated = if string_ids { 0 } else { num_nodes - used };
+    if !keep_isolated && isolated as f64 > MAX_ISOLATED_SHARE * num_nodes as f64 {
+        return Err(Error::bad_input(
+            input,
+            format!(
+                "the integer ids are sparse: {isolated} of the {num_nodes} rows (ids 0..{}) have no edge and would be trained as untouched noise; convert with --string-ids (dense rows, the ids kept as node_names) or pass --keep-isolated",
+                num_nodes - 1
+            ),
+        ));
+    }
     Ok(Converted {
         num_nodes,
         num_edges,
         weighted,
+        isolated,
     })
 }
 

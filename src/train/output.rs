@@ -66,6 +66,36 @@ pub fn write_embeddings(
     Ok(())
 }
 
+/// Copy the graph's `node_names` (if it has them) beside the rows, row i's name at i: in the
+/// original order for a graph relabelled by `reorder` (its rows are written in that order).
+/// Knowledge-graph models write their own (entities and relations).
+pub fn write_names(path: &Path, graph: &Path, kg: bool) -> Result<()> {
+    if kg {
+        return Ok(());
+    }
+    let gf = crate::graph::h5::open_h5(graph)?;
+    let Some(names) = crate::graph::h5::read_names(&gf, graph, "node_names")? else {
+        return Ok(());
+    };
+    let names = match gf.dataset("original_ids") {
+        Ok(ds) => {
+            let ids: Vec<u64> = ds
+                .read_raw()
+                .map_err(|e| Error::hdf5(graph, "read original_ids", e))?;
+            let mut out = vec![String::new(); names.len()];
+            for (new, &old) in ids.iter().enumerate() {
+                if let (Some(slot), Some(name)) = (out.get_mut(old as usize), names.get(new)) {
+                    slot.clone_from(name);
+                }
+            }
+            out
+        }
+        Err(_) => names,
+    };
+    let f = hdf5::File::open_rw(path).map_err(|e| Error::hdf5(path, "open output", e))?;
+    crate::graph::h5::write_names(&f, path, "node_names", &names)
+}
+
 /// The original id of each of this rank's rows, when the graph file has `original_ids`.
 fn original_ids(graph: &Path, g: &LocalGraph) -> Result<Option<Vec<u64>>> {
     let f = crate::graph::h5::open_h5(graph)?;
@@ -269,6 +299,12 @@ fn write_rows(path: &Path, g: &LocalGraph, shard: &Shard) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// The `node_names` of an embeddings file (row i's name at i), if it has them.
+pub fn read_node_names(path: &Path) -> Result<Option<Vec<String>>> {
+    let f = crate::graph::h5::open_h5(path)?;
+    crate::graph::h5::read_names(&f, path, "node_names")
 }
 
 /// Read `embeddings` back (evaluation, export, tests): returns (rows, dim, row-major data).

@@ -177,6 +177,23 @@ pub fn walk_args<'a>(graph: &'a str, emb: &'a str, metrics: &'a str) -> Vec<&'a 
     ]
 }
 
+/// `walk_args` plus `extra`, without the walk flags when `extra` picks another model (they are
+/// refused for models that do not walk).
+pub fn with_model<'a>(mut args: Vec<&'a str>, extra: &[&'a str]) -> Vec<&'a str> {
+    if extra
+        .windows(2)
+        .any(|w| w[0] == "--model" && !matches!(w[1], "deepwalk" | "node2vec"))
+    {
+        for flag in ["--walks-per-node", "--walk-length", "--window"] {
+            if let Some(i) = args.iter().position(|a| *a == flag) {
+                args.drain(i..i + 2);
+            }
+        }
+    }
+    args.extend_from_slice(extra);
+    args
+}
+
 /// The JSON records of a `--metrics` file, one per rank.
 pub fn metrics(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
