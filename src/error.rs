@@ -39,6 +39,9 @@ pub enum Error {
     /// The embedding or evaluation inputs do not fit together.
     #[error("{0}")]
     Mismatch(String),
+    /// The job was asked to stop (SIGTERM, SIGUSR1) and did so after committing a checkpoint.
+    #[error("{0}")]
+    Stopped(String),
     /// An output could not be written; the message says what became of the earlier file.
     #[error("{0}")]
     Output(String),

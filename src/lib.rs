@@ -22,6 +22,7 @@ pub mod outfile;
 pub mod plan;
 pub mod report;
 pub mod sample;
+pub mod signals;
 pub mod stats;
 pub mod store;
 pub mod train;

@@ -166,6 +166,12 @@ fn spmd(g: &graphscale::cli::Global, f: impl Fn(&Comm) -> Result<()> + Sync) -> 
         let r = agree(comm, r);
         match r {
             Ok(()) => 0,
+            Err(e @ Error::Stopped(_)) => {
+                if comm.rank() == 0 {
+                    eprintln!("graphscale: {e}");
+                }
+                4
+            }
             Err(e) => {
                 if comm.rank() == 0 {
                     eprintln!("graphscale: error: {e}");

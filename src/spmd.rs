@@ -39,8 +39,13 @@ pub fn agree<T>(comm: &Comm, r: Result<T>) -> Result<T> {
     // of nesting.
     let same = failures.iter().all(|(_, m)| *m == failures[0].1);
     if same {
-        if let Err(Error::Ranks(inner)) = r {
-            return Err(Error::Ranks(inner));
+        match r {
+            Err(Error::Ranks(inner)) => return Err(Error::Ranks(inner)),
+            // Every rank stopped on a signal at the same step: the job's exit code says so.
+            Err(Error::Stopped(m)) if failures.len() == comm.size() => {
+                return Err(Error::Stopped(m))
+            }
+            _ => {}
         }
     }
     Err(Error::Ranks(failures))

@@ -392,3 +392,59 @@ fn line_warns_when_its_samples_cannot_train_the_graph() {
         );
     }
 }
+
+/// Slurm's warning signal: SIGUSR1 to mpirun (forwarded to every rank) makes the job commit a
+/// checkpoint at its next step and stop with exit code 4, writing no embeddings.
+#[test]
+fn a_signal_checkpoints_and_stops_the_job() {
+    let d = tmp();
+    let (g, _) = sbm(d.path(), 2000, 4);
+    let (emb, ck) = (p(d.path(), "emb.h5"), p(d.path(), "ck"));
+    let mut child = std::process::Command::new("mpirun")
+        .args([
+            "--oversubscribe",
+            "-n",
+            "2",
+            BIN,
+            "--graph",
+            s(&g),
+            "-o",
+            s(&emb),
+        ])
+        .args(["--dim", "16", "--walks-per-node", "400", "--threads", "1"])
+        .args(["--checkpoint-dir", s(&ck), "--checkpoint-every", "100000"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_mpi_yield_when_idle", "1")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("mpirun");
+    let t0 = std::time::Instant::now();
+    // The ranks catch the signal once the checkpoint directory exists (made just after).
+    while !ck.exists() && t0.elapsed().as_secs() < 60 && child.try_wait().unwrap().is_none() {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let pid = child.id().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-USR1", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed().as_secs() > 120 {
+            let _ = child.kill();
+            panic!("the job did not stop after SIGUSR1");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(4), "{err}");
+    assert!(err.contains("stopped by a signal"), "{err}");
+    assert!(ck.join("LATEST").exists(), "{err}");
+    assert!(!emb.exists(), "embeddings of a stopped run were written");
+}

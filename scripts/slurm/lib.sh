@@ -41,7 +41,13 @@ gs_train() {
   # shellcheck disable=SC2206
   [[ -n "${EXTRA:-}" ]] && args+=($EXTRA)
   echo "graphscale: $model, ${SLURM_NTASKS:-4} ranks on ${SLURM_JOB_NODELIST:-localhost}; graph $GRAPH -> $OUT"
-  gs_launch "${SLURM_JOB_NUM_NODES:-1}" "${SLURM_NTASKS:-4}" "${args[@]}"
+  local rc=0
+  gs_launch "${SLURM_JOB_NUM_NODES:-1}" "${SLURM_NTASKS:-4}" "${args[@]}" || rc=$?
+  if [[ $rc == 4 && "${REQUEUE:-0}" == 1 && -n "${SLURM_JOB_ID:-}" ]]; then
+    echo "graphscale: stopped at a committed checkpoint; requeueing job $SLURM_JOB_ID"
+    scontrol requeue "$SLURM_JOB_ID"
+  fi
+  return "$rc"
 }
 
 gs_nodes() {
@@ -54,7 +60,22 @@ gs_nodes() {
   echo "$out"
 }
 
+# The launcher runs in the background so that the script can pass on Slurm's warning signal
+# (`#SBATCH --signal=B:USR1@T`, or a TERM): graphscale commits a checkpoint at its next step and
+# exits 4. mpirun forwards SIGUSR1 to every rank; srun forwards it to its tasks.
 gs_launch() {
+  local rc=0
+  _gs_launch "$@" &
+  local pid=$!
+  trap 'echo "graphscale: signal received: asking the ranks to checkpoint and stop"; kill -USR1 "$pid" 2>/dev/null || true' USR1 TERM
+  wait "$pid" || rc=$?
+  # A trapped signal interrupts wait (status > 128): wait again for the job itself.
+  while kill -0 "$pid" 2>/dev/null; do rc=0; wait "$pid" || rc=$?; done
+  trap - USR1 TERM
+  return "$rc"
+}
+
+_gs_launch() {
   local k="$1" n="$2"
   shift 2
   local per=$(( n / k ))
@@ -68,9 +89,9 @@ gs_launch() {
     # The whole step dies when one task fails. srun does not inherit the batch job's
     # --cpus-per-task (Slurm 22.05 and later): without it a rank's THREADS share one CPU.
     if [[ "${SIMULATE_NODES:-0}" == 1 ]]; then
-      srun --kill-on-bad-exit=1 --mpi="${SRUN_MPI:-pmix}" -N 1 -n "$n" --cpus-per-task "$THREADS" --overcommit "$BIN" "$@" "${extra[@]}"
+      exec srun --kill-on-bad-exit=1 --mpi="${SRUN_MPI:-pmix}" -N 1 -n "$n" --cpus-per-task "$THREADS" --overcommit "$BIN" "$@" "${extra[@]}"
     else
-      srun --kill-on-bad-exit=1 --mpi="${SRUN_MPI:-pmix}" -N "$k" -n "$n" --ntasks-per-node "$per" --cpus-per-task "$THREADS" "$BIN" "$@"
+      exec srun --kill-on-bad-exit=1 --mpi="${SRUN_MPI:-pmix}" -N "$k" -n "$n" --ntasks-per-node "$per" --cpus-per-task "$THREADS" "$BIN" "$@"
     fi
     return
   fi
@@ -86,5 +107,6 @@ gs_launch() {
   # More ranks than the allocation's slots only where asked (OVERSUBSCRIBE=1) or simulated: on
   # a cluster it hides a mis-sized allocation (ranks sharing cores, at a fraction of the speed).
   [[ "${OVERSUBSCRIBE:-0}" == 1 || "${SIMULATE_NODES:-0}" == 1 ]] && place+=(--oversubscribe)
-  mpirun "${place[@]}" -n "$n" "$BIN" "$@" "${extra[@]}"
+  # exec: the launcher is the background process gs_launch signals.
+  exec mpirun "${place[@]}" -n "$n" "$BIN" "$@" "${extra[@]}"
 }

@@ -77,6 +77,8 @@ pub struct Trainer<'a, M: model::Model> {
     /// posted; none before the first step, after a resume or a drain).
     next_pool: Option<Posted>,
     ckpt: Option<Checkpointing>,
+    /// Set when a signal stopped the run: the committed checkpoint version and its step.
+    pub stopped: Option<(u64, u64)>,
     resumed: Option<Restored>,
     /// `--update hogwild`: every matrix's rows the pool updates in place (this rank's, or with
     /// `--node-memory shared` those of every rank on its node).
@@ -471,6 +473,13 @@ fn run_model<M: model::Model>(
         (_, None) => tr.train_line(),
     }
     tr.m.train_seconds = t.secs();
+    if let (Some((version, step)), Some(dir)) = (tr.stopped, &cfg.checkpoint_dir) {
+        return Err(Error::Stopped(format!(
+            "stopped by a signal (SIGTERM or SIGUSR1) at step {step} after committing checkpoint version {version} in {}; no embeddings were written; continue with --resume-if-present {} (exit code 4)",
+            dir.display(),
+            dir.display()
+        )));
+    }
     let sent = comm
         .traffic()
         .sent
@@ -620,6 +629,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             pending: Default::default(),
             next_pool: None,
             ckpt: None,
+            stopped: None,
             resumed: None,
             shared: None,
             node_rows: false,
@@ -736,6 +746,9 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             self.resumed = r;
         }
         if let (Some(dir), Some(every)) = (&cfg.checkpoint_dir, cfg.checkpoint_every) {
+            if let Err(e) = crate::signals::arm() {
+                log::warn!("cannot catch SIGTERM/SIGUSR1 (no checkpoint on a signal): {e}");
+            }
             self.ckpt = Some(Checkpointing {
                 dir: dir.clone(),
                 every,
@@ -756,6 +769,14 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         force: bool,
         state: impl FnOnce(&mut Self) -> (Vec<u8>, Cursor),
     ) {
+        if self.ckpt.is_none() || self.stopped.is_some() {
+            return;
+        }
+        // SIGTERM or SIGUSR1 on any rank: every rank checkpoints at this step, commits, stops.
+        let signalled = !force
+            && crate::signals::armed()
+            && self.comm.max_u64(u64::from(crate::signals::raised())) > 0;
+        let force = force || signalled;
         let Some(ck) = &mut self.ckpt else {
             return;
         };
@@ -817,10 +838,24 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             handle,
         });
         self.m.checkpoint_pause_seconds += t.secs();
+        if signalled {
+            let w = ck.writing.take().expect("just started");
+            if let Err(e) = checkpoint::finish_writing(self.comm, &ck.dir, w) {
+                fatal(
+                    self.comm,
+                    Some(self.step),
+                    &format!("checkpoint failed: {e}"),
+                );
+            }
+            self.stopped = Some((version, self.step));
+        }
     }
 
     /// Collective, at the end of training: write the final state and commit it.
     fn checkpoint_finish(&mut self, state: impl FnOnce(&mut Self) -> (Vec<u8>, Cursor)) {
+        if self.stopped.is_some() {
+            return;
+        }
         self.checkpoint_tick(self.lr_at(1.0), true, state);
         if let Some(ck) = &mut self.ckpt {
             if let Some(w) = ck.writing.take() {
@@ -1026,6 +1061,12 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                     };
                     (engine.encode_walkers(), cursor)
                 });
+                if self.stopped.is_some() {
+                    break;
+                }
+            }
+            if self.stopped.is_some() {
+                break;
             }
         }
         self.drain(self.lr_at(1.0));
@@ -1129,6 +1170,12 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                     (epoch, s + 1)
                 };
                 self.checkpoint_tick(lr, false, |t| (state(t), cursor(e, k, best, flat)));
+                if self.stopped.is_some() {
+                    break;
+                }
+            }
+            if self.stopped.is_some() {
+                break;
             }
             if let Some((v, known)) = valid {
                 if epoch % cfg.valid_every == 0 || epoch == cfg.epochs {
@@ -1241,6 +1288,9 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             self.train_step(&pairs, lr);
             progress.tick(p, &self.m, lr);
             self.checkpoint_tick(lr, false, |_| (Vec::new(), Cursor::default()));
+            if self.stopped.is_some() {
+                break;
+            }
         }
         self.drain(self.lr_at(1.0));
         self.checkpoint_finish(|_| (Vec::new(), Cursor::default()));
