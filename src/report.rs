@@ -392,6 +392,7 @@ fn lines<DB: DrawingBackend>(
     c.configure_mesh()
         .x_desc(if by_nodes { "nodes" } else { "ranks" })
         .y_desc(what)
+        .y_label_formatter(&|v| tick(*v))
         .draw()
         .map_err(e)?;
     let mut series: Vec<&str> = s.iter().map(|r| r.series.as_str()).collect();
@@ -461,21 +462,48 @@ fn bar_chart<'a, DB: DrawingBackend>(
             }
         })
         .y_desc(ydesc)
+        .y_label_formatter(&|v| tick(*v))
         .draw()
         .map_err(e)?;
     Ok(c)
 }
 
-/// Per run, the mean seconds per rank of every phase, stacked.
+/// An axis tick: `8M`, `1.5k`, `0.25`, never `8000000.0`.
+fn tick(v: f64) -> String {
+    let a = v.abs();
+    let (x, unit) = if a >= 1e9 {
+        (v / 1e9, "G")
+    } else if a >= 1e6 {
+        (v / 1e6, "M")
+    } else if a >= 1e4 {
+        (v / 1e3, "k")
+    } else {
+        (v, "")
+    };
+    let t = format!("{x:.2}");
+    let t = t.trim_end_matches('0').trim_end_matches('.');
+    format!("{}{unit}", if t == "-0" { "0" } else { t })
+}
+
+/// Per run, the mean seconds per rank of every phase: the main thread's phases stacked (they
+/// follow one another), the pool's `compute` as a bar of its own beside them (it overlaps them:
+/// stacked, a run would seem to take longer than it did).
 fn phases<DB: DrawingBackend>(a: &DrawingArea<DB, Shift>, s: &[Summary]) -> Drawn {
     let labels: Vec<String> = s.iter().map(|r| r.label.clone()).collect();
+    let pool = PHASES
+        .iter()
+        .position(|p| *p == "compute")
+        .expect("compute");
+    let main = |r: &Summary, upto: usize| -> f64 {
+        (0..upto).filter(|&q| q != pool).map(|q| r.phases[q]).sum()
+    };
     let ymax = s
         .iter()
-        .map(|r| r.phases.iter().sum::<f64>())
+        .map(|r| main(r, PHASES.len()).max(r.phases[pool]))
         .fold(0.0, f64::max);
     let mut c = bar_chart(
         a,
-        "time per phase (mean over ranks)",
+        "seconds per phase, mean over ranks: main thread stacked, compute pool beside",
         &labels,
         ymax,
         "seconds",
@@ -483,12 +511,16 @@ fn phases<DB: DrawingBackend>(a: &DrawingArea<DB, Shift>, s: &[Summary]) -> Draw
     for (p, name) in PHASES.iter().enumerate() {
         let color = COLORS[p % COLORS.len()];
         let bars = s.iter().enumerate().map(|(i, r)| {
-            let lo: f64 = r.phases[..p].iter().sum();
             let x = i as f64;
-            Rectangle::new(
-                [(x - 0.35, lo), (x + 0.35, lo + r.phases[p])],
-                color.filled(),
-            )
+            if p == pool {
+                Rectangle::new([(x + 0.1, 0.0), (x + 0.35, r.phases[p])], color.filled())
+            } else {
+                let lo = main(r, p);
+                Rectangle::new(
+                    [(x - 0.35, lo), (x + 0.05, lo + r.phases[p])],
+                    color.filled(),
+                )
+            }
         });
         c.draw_series(bars)
             .map_err(e)?
@@ -552,6 +584,7 @@ fn throughput<DB: DrawingBackend>(
             Some((sum.label.clone(), rate_curve(run)))
         })
         .collect();
+    let n = curves.len();
     let tmax = curves
         .iter()
         .flat_map(|c| c.1.iter().map(|p| p.0))
@@ -565,11 +598,13 @@ fn throughput<DB: DrawingBackend>(
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(80)
-        .build_cartesian_2d(0f64..tmax * 1.05, 0f64..ymax * 1.15)
+        // A band above the highest curve for the legend, which then covers no line.
+        .build_cartesian_2d(0f64..tmax * 1.05, 0f64..ymax * (1.2 + 0.08 * n as f64))
         .map_err(e)?;
     c.configure_mesh()
         .x_desc("seconds")
         .y_desc("pairs/s")
+        .y_label_formatter(&|v| tick(*v))
         .draw()
         .map_err(e)?;
     for (i, (label, pts)) in curves.into_iter().enumerate() {
@@ -582,7 +617,7 @@ fn throughput<DB: DrawingBackend>(
             });
     }
     c.configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
@@ -746,4 +781,17 @@ fn load_font() -> Option<()> {
         }
         None
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ticks_are_short() {
+        assert_eq!(super::tick(8_000_000.0), "8M");
+        assert_eq!(super::tick(1_500_000.0), "1.5M");
+        assert_eq!(super::tick(25_000.0), "25k");
+        assert_eq!(super::tick(0.25), "0.25");
+        assert_eq!(super::tick(0.0), "0");
+        assert_eq!(super::tick(120.0), "120");
+    }
 }
