@@ -212,14 +212,7 @@ fn convert(c: &ConvertCmd) -> Result<()> {
         let mut inputs = vec![("--triples", input.as_path())];
         inputs.extend(c.vocab_from.as_deref().map(|v| ("--vocab-from", v)));
         inputs.extend(c.names_from.iter().map(|n| ("--names-from", n.as_path())));
-        outfile::check(
-            &[Out {
-                flag: "-o",
-                path: &c.output,
-            }],
-            &inputs,
-        )?;
-        let r = outfile::write_with(&c.output, |tmp| {
+        let r = outfile::write_output(&c.output, &inputs, |tmp| {
             graphscale::graph::triples::convert(input, tmp, c.vocab_from.as_deref(), &c.names_from)
         })?;
         let secs = t.elapsed().as_secs_f64();
@@ -238,14 +231,7 @@ fn convert(c: &ConvertCmd) -> Result<()> {
         .input
         .as_ref()
         .expect("clap requires input without --triples");
-    outfile::check(
-        &[Out {
-            flag: "-o",
-            path: &c.output,
-        }],
-        &[("the input", input)],
-    )?;
-    let r = outfile::write_with(&c.output, |tmp| {
+    let r = outfile::write_output(&c.output, &[("the input", input)], |tmp| {
         text::convert(input, tmp, c.directed, c.string_ids, c.keep_isolated)
     })?;
     let secs = t.elapsed().as_secs_f64();
@@ -305,14 +291,7 @@ fn generate_cmd(g: &GenerateCmd) -> Result<()> {
             output,
             seed,
         } => {
-            outfile::check(
-                &[Out {
-                    flag: "-o",
-                    path: output,
-                }],
-                &[],
-            )?;
-            let m = outfile::write_with(output, |tmp| {
+            let m = outfile::write_output(output, &[], |tmp| {
                 generate::rmat(tmp, *scale, *edge_factor, *seed)
             })?;
             println!(
@@ -329,15 +308,8 @@ fn generate_cmd(g: &GenerateCmd) -> Result<()> {
             if *nodes < 3 {
                 return Err(Error::config("--nodes must be at least 3 for a shape"));
             }
-            outfile::check(
-                &[Out {
-                    flag: "-o",
-                    path: output,
-                }],
-                &[],
-            )?;
             let edges = generate::shape_edges(*shape, *nodes);
-            outfile::write_with(output, |tmp| {
+            outfile::write_output(output, &[], |tmp| {
                 h5::write_edges(tmp, &edges, *nodes, false, false)
             })?;
             println!(
@@ -351,14 +323,7 @@ fn generate_cmd(g: &GenerateCmd) -> Result<()> {
 }
 
 fn reorder_cmd(x: &graphscale::cli::ReorderCmd) -> Result<()> {
-    outfile::check(
-        &[Out {
-            flag: "-o",
-            path: &x.output,
-        }],
-        &[("--graph", &x.graph)],
-    )?;
-    let r = outfile::write_with(&x.output, |tmp| {
+    let r = outfile::write_output(&x.output, &[("--graph", &x.graph)], |tmp| {
         graphscale::graph::reorder::reorder(&x.graph, tmp, x.parts, x.rounds, x.seed, x.by)
     })?;
     if x.json {
@@ -529,18 +494,15 @@ fn eval_cmd(e: &EvalCmd) -> Result<()> {
 }
 
 fn export_cmd(x: &ExportCmd) -> Result<()> {
-    outfile::check(
-        &[Out {
-            flag: "-o",
-            path: &x.output,
-        }],
-        &[("--embeddings", &x.embeddings)],
-    )?;
-    let (rows, dim, data) = train::output::read_embeddings(&x.embeddings)?;
-    let names = train::output::read_node_names(&x.embeddings)?;
-    outfile::write_with(&x.output, |tmp| match x.format.as_str() {
-        "npy" => export::npy(tmp, rows, dim, &data),
-        _ => export::word2vec(tmp, rows, dim, &data, names.as_deref()),
+    let inputs = [("--embeddings", x.embeddings.as_path())];
+    let (rows, dim) = outfile::write_output(&x.output, &inputs, |tmp| {
+        let (rows, dim, data) = train::output::read_embeddings(&x.embeddings)?;
+        let names = train::output::read_node_names(&x.embeddings)?;
+        match x.format.as_str() {
+            "npy" => export::npy(tmp, rows, dim, &data)?,
+            _ => export::word2vec(tmp, rows, dim, &data, names.as_deref())?,
+        }
+        Ok((rows, dim))
     })?;
     println!("exported {rows} x {dim} -> {}", x.output.display());
     Ok(())

@@ -134,6 +134,16 @@ pub fn write_with<T>(path: &Path, write: impl FnOnce(&Path) -> Result<T>) -> Res
     }
 }
 
+/// A command's one output `-o PATH`: `check` it against `inputs`, then `write_with`.
+pub fn write_output<T>(
+    path: &Path,
+    inputs: &[(&str, &Path)],
+    write: impl FnOnce(&Path) -> Result<T>,
+) -> Result<T> {
+    check(&[Out { flag: "-o", path }], inputs)?;
+    write_with(path, write)
+}
+
 /// A failed write's error, naming the output (the partial file's name means nothing to a user)
 /// and saying what became of an earlier file there.
 pub fn failed(path: &Path, e: Error) -> Error {
