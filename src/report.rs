@@ -215,6 +215,35 @@ fn nodes_vary(s: &[Summary]) -> bool {
     s.iter().any(|x| x.nodes != s[0].nodes)
 }
 
+/// What the runs' `pairs` count, plural and singular: skip-gram pairs (walks, LINE), triples
+/// (knowledge graphs) or, mixed, examples.
+fn unit(s: &[Summary]) -> (&'static str, &'static str) {
+    let kg = |r: &Summary| {
+        <crate::config::Model as clap::ValueEnum>::from_str(&r.model, true).is_ok_and(|m| m.is_kg())
+    };
+    if !s.is_empty() && s.iter().all(kg) {
+        ("triples", "triple")
+    } else if s.iter().any(kg) {
+        ("examples", "example")
+    } else {
+        ("pairs", "pair")
+    }
+}
+
+/// The bar charts' category labels: the runs' own when they fit under their bars, otherwise
+/// their numbers (1, 2, ...), with `true` to say a key is needed.
+fn axis_labels(labels: &[String]) -> (Vec<String>, bool) {
+    // The plot's width less the y label area and margins, shared by the bars; about 7 px
+    // per character at the axis font.
+    let slot = f64::from(SIZE.0 - 100) / labels.len().max(1) as f64;
+    let widest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+    if widest as f64 * 7.5 <= slot * 0.9 {
+        (labels.to_vec(), false)
+    } else {
+        ((1..=labels.len()).map(|i| i.to_string()).collect(), true)
+    }
+}
+
 /// Write the tables and plots into `dir`; returns the files written.
 pub fn write(runs: &[Run], dir: &Path) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
@@ -309,7 +338,7 @@ impl Plot {
             Plot::Speedup => lines(
                 a,
                 s,
-                "speed-up (pairs/s over the fastest smallest run)",
+                &format!("speed-up ({}/s over the fastest smallest run)", unit(s).0),
                 |x| x.speedup,
                 true,
             ),
@@ -323,7 +352,7 @@ impl Plot {
             Plot::BytesPerPair => lines(
                 a,
                 s,
-                "bytes moved per trained pair",
+                &format!("bytes moved per trained {}", unit(s).1),
                 |x| x.bytes_per_pair,
                 false,
             ),
@@ -443,6 +472,7 @@ fn bar_chart<'a, DB: DrawingBackend>(
 {
     a.fill(&WHITE).map_err(e)?;
     let n = labels.len() as f64;
+    let (labels, _) = axis_labels(labels);
     let mut c = ChartBuilder::on(a)
         .caption(what, ("sans-serif", 20))
         .margin(12)
@@ -486,24 +516,40 @@ fn tick(v: f64) -> String {
 }
 
 /// Per run, the mean seconds per rank of every phase: the main thread's phases stacked (they
-/// follow one another), the pool's `compute` as a bar of its own beside them (it overlaps them:
-/// stacked, a run would seem to take longer than it did).
+/// follow one another), the pool's `compute` and `idle` (the pool without a batch) stacked in a
+/// bar of their own beside them (they overlap the main thread's: stacked together, a run would
+/// seem to take longer than it did).
 fn phases<DB: DrawingBackend>(a: &DrawingArea<DB, Shift>, s: &[Summary]) -> Drawn {
     let labels: Vec<String> = s.iter().map(|r| r.label.clone()).collect();
-    let pool = PHASES
-        .iter()
-        .position(|p| *p == "compute")
-        .expect("compute");
-    let main = |r: &Summary, upto: usize| -> f64 {
-        (0..upto).filter(|&q| q != pool).map(|q| r.phases[q]).sum()
+    let on_pool = |q: usize| matches!(PHASES[q], "compute" | "idle");
+    // The phases of the same bar as `p` below it.
+    let below = |r: &Summary, p: usize| -> f64 {
+        (0..p)
+            .filter(|&q| on_pool(q) == on_pool(p))
+            .map(|q| r.phases[q])
+            .sum()
     };
-    let ymax = s
-        .iter()
-        .map(|r| main(r, PHASES.len()).max(r.phases[pool]))
-        .fold(0.0, f64::max);
+    let main = |r: &Summary| -> f64 {
+        (0..PHASES.len())
+            .filter(|&q| !on_pool(q))
+            .map(|q| r.phases[q])
+            .sum()
+    };
+    let pool = |r: &Summary| -> f64 {
+        (0..PHASES.len())
+            .filter(|&q| on_pool(q))
+            .map(|q| r.phases[q])
+            .sum()
+    };
+    let (_, keyed) = axis_labels(&labels);
+    // The legend's rows (phases, and the runs' key when the axis numbers them) get a band
+    // above the bars.
+    let rows = PHASES.len() + if keyed { s.len() } else { 0 };
+    let ymax =
+        s.iter().map(|r| main(r).max(pool(r))).fold(0.0, f64::max) * (1.0 + 0.06 * rows as f64);
     let mut c = bar_chart(
         a,
-        "seconds per phase, mean over ranks: main thread stacked, compute pool beside",
+        "seconds per phase, mean over ranks: main thread, and beside it the pool (compute, idle)",
         &labels,
         ymax,
         "seconds",
@@ -511,21 +557,26 @@ fn phases<DB: DrawingBackend>(a: &DrawingArea<DB, Shift>, s: &[Summary]) -> Draw
     for (p, name) in PHASES.iter().enumerate() {
         let color = COLORS[p % COLORS.len()];
         let bars = s.iter().enumerate().map(|(i, r)| {
-            let x = i as f64;
-            if p == pool {
-                Rectangle::new([(x + 0.1, 0.0), (x + 0.35, r.phases[p])], color.filled())
+            let (x, lo) = (i as f64, below(r, p));
+            let (left, right) = if on_pool(p) {
+                (x + 0.1, x + 0.35)
             } else {
-                let lo = main(r, p);
-                Rectangle::new(
-                    [(x - 0.35, lo), (x + 0.05, lo + r.phases[p])],
-                    color.filled(),
-                )
-            }
+                (x - 0.35, x + 0.05)
+            };
+            Rectangle::new([(left, lo), (right, lo + r.phases[p])], color.filled())
         });
         c.draw_series(bars)
             .map_err(e)?
             .label(*name)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+    }
+    if keyed {
+        for (i, l) in labels.iter().enumerate() {
+            c.draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())
+                .map_err(e)?
+                .label(format!("{}: {l}", i + 1))
+                .legend(|(x, y)| EmptyElement::at((x, y)));
+        }
     }
     c.configure_series_labels()
         .position(SeriesLabelPosition::UpperRight)
@@ -544,26 +595,46 @@ fn balance<DB: DrawingBackend>(a: &DrawingArea<DB, Shift>, s: &[Summary], runs: 
         runs.iter()
             .find(|r| r.file.display().to_string() == sum.file)
     };
+    let (_, keyed) = axis_labels(&labels);
     let ymax = runs
         .iter()
         .flat_map(|r| r.ranks.iter().map(rate))
-        .fold(0.0, f64::max);
+        .fold(0.0, f64::max)
+        * if keyed {
+            1.0 + 0.06 * s.len() as f64
+        } else {
+            1.0
+        };
+    let u = unit(s).0;
     let mut c = bar_chart(
         a,
-        "pairs/s of every rank (load balance)",
+        &format!("{u}/s of every rank (load balance)"),
         &labels,
         ymax,
-        "pairs/s per rank",
+        &format!("{u}/s per rank"),
     )?;
     for (i, sum) in s.iter().enumerate() {
         let Some(run) = of(sum) else { continue };
         let color = COLORS[i % COLORS.len()];
         let n = run.ranks.len().max(1) as f64;
-        c.draw_series(run.ranks.iter().enumerate().map(|(k, m)| {
-            let x = i as f64 - 0.3 + 0.6 * (k as f64 + 0.5) / n;
-            Circle::new((x, rate(m)), 4, color.filled())
-        }))
-        .map_err(e)?;
+        let dots = c
+            .draw_series(run.ranks.iter().enumerate().map(|(k, m)| {
+                let x = i as f64 - 0.3 + 0.6 * (k as f64 + 0.5) / n;
+                Circle::new((x, rate(m)), 4, color.filled())
+            }))
+            .map_err(e)?;
+        if keyed {
+            dots.label(format!("{}: {}", i + 1, sum.label))
+                .legend(move |(x, y)| Circle::new((x + 6, y), 4, color.filled()));
+        }
+    }
+    if keyed {
+        c.configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(e)?;
     }
     Ok(())
 }
@@ -594,7 +665,10 @@ fn throughput<DB: DrawingBackend>(
         .flat_map(|c| c.1.iter().map(|p| p.1))
         .fold(1.0, f64::max);
     let mut c = ChartBuilder::on(a)
-        .caption("throughput over time (all ranks)", ("sans-serif", 20))
+        .caption(
+            format!("throughput over time (all ranks, {u}/s)", u = unit(s).0),
+            ("sans-serif", 20),
+        )
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(80)
@@ -603,7 +677,7 @@ fn throughput<DB: DrawingBackend>(
         .map_err(e)?;
     c.configure_mesh()
         .x_desc("seconds")
-        .y_desc("pairs/s")
+        .y_desc(format!("{}/s", unit(s).0))
         .y_label_formatter(&|v| tick(*v))
         .draw()
         .map_err(e)?;
@@ -785,6 +859,57 @@ fn load_font() -> Option<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn run(model: &str, label: &str) -> Summary {
+        Summary {
+            label: label.into(),
+            series: model.into(),
+            file: String::new(),
+            model: model.into(),
+            strategy: "hogwild".into(),
+            ranks: 1,
+            nodes: 1,
+            pairs: 1,
+            seconds: 1.0,
+            pairs_per_second: 1.0,
+            speedup: 1.0,
+            efficiency: 1.0,
+            bytes_per_pair: 0.0,
+            bytes_moved: 0,
+            peak_rss_max: 0,
+            memory_estimate_max: 0,
+            pairs_balance: 1.0,
+            phases: [0.0; 7],
+        }
+    }
+
+    #[test]
+    fn knowledge_graph_runs_count_triples() {
+        assert_eq!(unit(&[run("deepwalk", "a"), run("line", "b")]).0, "pairs");
+        assert_eq!(
+            unit(&[run("complex", "a"), run("distmult", "b")]),
+            ("triples", "triple")
+        );
+        assert_eq!(
+            unit(&[run("complex", "a"), run("node2vec", "b")]).0,
+            "examples"
+        );
+    }
+
+    #[test]
+    fn bar_labels_are_numbered_when_they_would_overlap() {
+        let few: Vec<String> = ["1 rank", "2 ranks"].map(String::from).to_vec();
+        assert_eq!(axis_labels(&few), (few.clone(), false));
+        let many: Vec<String> = (1..=8)
+            .map(|n| format!("hogwild {n}n {}r", 2 * n))
+            .collect();
+        let (shown, keyed) = axis_labels(&many);
+        assert!(keyed);
+        assert_eq!(shown[0], "1");
+        assert_eq!(shown[7], "8");
+    }
+
     #[test]
     fn ticks_are_short() {
         assert_eq!(super::tick(8_000_000.0), "8M");
