@@ -240,6 +240,7 @@ pub fn write_shard(path: &Path, s: &Snapshot) -> Result<()> {
             t("config", &s.config)
         })()
         .map_err(err("write attributes"))?;
+        crate::graph::h5::flush(&f, path)?;
     }
     fsync(path)
 }

@@ -30,30 +30,40 @@ pub struct Cli {
     pub command: Option<Command>,
     #[command(flatten)]
     pub train: TrainCmd,
-    #[command(flatten)]
-    pub global: Global,
-}
-
-#[derive(Debug, Args, Clone)]
-pub struct Global {
-    /// End the job when a collective or fetch takes longer than this (seconds)
-    #[arg(long, global = true, default_value_t = 600.0)]
-    pub comm_timeout: f64,
-    /// Without mpirun: run this many ranks as threads of one process (debugging, tests)
-    #[arg(long, global = true, default_value_t = 1)]
-    pub ranks: usize,
-    /// Group ranks N at a time into simulated nodes instead of the machine's real ones (scaling
-    /// studies on one machine: 1 makes every rank its own node, so rows and walkers travel as
-    /// between machines). Default: ranks share a node when they share a machine
-    /// (env GRAPHSCALE_RANKS_PER_NODE sets it too)
-    #[arg(long, global = true, value_parser = clap::value_parser!(u64).range(1..))]
-    pub ranks_per_node: Option<u64>,
     /// More log output (-v info, -vv debug)
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 }
 
-impl Global {
+/// The flags of the commands that run as an MPI job (train, info, eval linkpred and kg); the
+/// serial commands do not take them.
+#[derive(Debug, Args, Clone)]
+pub struct Mpi {
+    /// End the job when a collective or fetch takes longer than this (seconds)
+    #[arg(long, default_value_t = 600.0)]
+    pub comm_timeout: f64,
+    /// Without mpirun: run this many ranks as threads of one process (debugging, tests)
+    #[arg(long, default_value_t = 1)]
+    pub ranks: usize,
+    /// Group ranks N at a time into simulated nodes instead of the machine's real ones (scaling
+    /// studies on one machine: 1 makes every rank its own node, so rows and walkers travel as
+    /// between machines). Default: ranks share a node when they share a machine
+    /// (env GRAPHSCALE_RANKS_PER_NODE sets it too)
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub ranks_per_node: Option<u64>,
+}
+
+impl Default for Mpi {
+    fn default() -> Mpi {
+        Mpi {
+            comm_timeout: 600.0,
+            ranks: 1,
+            ranks_per_node: None,
+        }
+    }
+}
+
+impl Mpi {
     /// `--ranks-per-node`, else `GRAPHSCALE_RANKS_PER_NODE` (a positive integer), else `None`:
     /// the machine's nodes.
     pub fn ranks_per_node(&self) -> Option<usize> {
@@ -111,10 +121,18 @@ pub struct SelftestCmd {
     pub rows: usize,
     #[arg(long, default_value_t = 20)]
     pub rounds: usize,
+    #[command(flatten)]
+    pub mpi: Mpi,
 }
 
 #[derive(Debug, Args)]
 pub struct PlanCmd {
+    /// Ranks of the job
+    #[arg(long, default_value_t = 1)]
+    pub ranks: usize,
+    /// Ranks per node (default: all ranks on one node)
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub ranks_per_node: Option<u64>,
     /// Graph nodes (1e9 is fine)
     #[arg(long)]
     pub nodes: f64,
@@ -249,6 +267,9 @@ pub enum EvalCmd {
         seed: u64,
         #[arg(long)]
         json: bool,
+        /// The dot score runs as an MPI job (the hadamard score on one process)
+        #[command(flatten)]
+        mpi: Mpi,
     },
     /// Knowledge-graph completion: filtered MRR, MR and Hits@1/3/10 of head and tail prediction
     /// against all entities
@@ -266,6 +287,8 @@ pub enum EvalCmd {
         /// Print {"mrr": .., "mr": .., "hits@1": .., "hits@3": .., "hits@10": ..}
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        mpi: Mpi,
     },
     /// Node classification (DeepWalk protocol): one-vs-rest logistic regression, Micro/Macro-F1
     Nodeclf {
@@ -296,6 +319,8 @@ pub struct TrainCmd {
     pub config: Option<PathBuf>,
     #[command(flatten)]
     pub raw: RawTrain,
+    #[command(flatten)]
+    pub mpi: Mpi,
 }
 
 #[derive(Debug, Args)]
@@ -377,6 +402,8 @@ pub enum GenerateCmd {
 pub struct InfoCmd {
     #[arg(long)]
     pub graph: PathBuf,
+    #[command(flatten)]
+    pub mpi: Mpi,
     /// Node placement: striped or block
     #[arg(long, default_value = "striped")]
     pub partition: String,

@@ -54,7 +54,14 @@ fn format_failures(failures: &[(usize, String)]) -> String {
     }
     failures
         .iter()
-        .map(|(r, m)| format!("rank {r}: {m}"))
+        .map(|(r, m)| {
+            // An error agreed on already (a nested agreement) names its rank once.
+            if m.starts_with(&format!("rank {r}: ")) {
+                m.clone()
+            } else {
+                format!("rank {r}: {m}")
+            }
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -86,5 +93,18 @@ impl Error {
 
     pub fn config(msg: impl Into<String>) -> Self {
         Error::Config(msg.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rank_is_named_once_however_often_its_error_was_agreed() {
+        let once = Error::Ranks(vec![(0, "out.h5: disk full".into())]).to_string();
+        assert_eq!(once, "rank 0: out.h5: disk full");
+        let twice = Error::Ranks(vec![(0, once.clone()), (2, "other".into())]).to_string();
+        assert_eq!(twice, "rank 0: out.h5: disk full\nrank 2: other");
     }
 }

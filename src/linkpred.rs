@@ -160,6 +160,7 @@ pub fn split(
         .with_data(&nd)
         .create("neg_dst")
         .map_err(err)?;
+    crate::graph::h5::flush(&out, test)?;
     Ok(SplitSummary {
         edges: edges.len() as u64,
         train_edges,

@@ -52,7 +52,7 @@ fn main() {
             std::process::exit(if e.use_stderr() { 2 } else { 0 });
         }
     };
-    let level = match cli.global.verbose {
+    let level = match cli.verbose {
         0 => "warn",
         1 => "info",
         _ => "debug",
@@ -70,7 +70,8 @@ fn main() {
             corrupt,
             seed,
             json,
-        })) => spmd(&cli.global, |c| {
+            ref mpi,
+        })) => spmd(mpi, |c| {
             // The dot score runs on every rank of the job (one without mpirun).
             let r = graphscale::linkpred::link_prediction_distributed(
                 c, embeddings, test, corrupt, seed,
@@ -85,7 +86,8 @@ fn main() {
             ref test,
             ref filter,
             json,
-        })) => spmd(&cli.global, |c| {
+            ref mpi,
+        })) => spmd(mpi, |c| {
             // Ranks score their stripes of the entities (one process without mpirun).
             let t = std::time::Instant::now();
             let m = graphscale::kgeval::evaluate(c, embeddings, test, filter)?;
@@ -98,11 +100,11 @@ fn main() {
         Some(Command::Split(ref x)) => serial(|| split_cmd(x)),
         Some(Command::Reorder(ref x)) => serial(|| reorder_cmd(x)),
         Some(Command::Report(ref x)) => serial(|| report_cmd(x)),
-        Some(Command::Plan(ref x)) => serial(|| plan_cmd(x, &cli.global)),
-        Some(Command::Info(ref i)) => spmd(&cli.global, |c| info(c, i)),
-        Some(Command::Selftest(ref s)) => spmd(&cli.global, |c| selftest(c, s)),
+        Some(Command::Plan(ref x)) => serial(|| plan_cmd(x)),
+        Some(Command::Info(ref i)) => spmd(&i.mpi, |c| info(c, i)),
+        Some(Command::Selftest(ref s)) => spmd(&s.mpi, |c| selftest(c, s)),
         Some(Command::Train(ref t)) if t.raw.graph.is_some() || t.config.is_some() => {
-            spmd(&cli.global, |c| train_cmd(c, t))
+            spmd(&t.mpi, |c| train_cmd(c, t))
         }
         Some(Command::Train(_)) | None => {
             let t = match &cli.command {
@@ -122,7 +124,7 @@ fn main() {
                 }
                 2
             } else {
-                spmd(&cli.global, |c| train_cmd(c, &cli.train))
+                spmd(&cli.train.mpi, |c| train_cmd(c, &cli.train))
             }
         }
     };
@@ -159,7 +161,7 @@ fn serial(f: impl FnOnce() -> Result<()>) -> i32 {
 
 /// Run `f` on every rank: under mpirun with MPI, else on `--ranks` threads. Every rank returns
 /// the same agreed result; rank 0 reports it.
-fn spmd(g: &graphscale::cli::Global, f: impl Fn(&Comm) -> Result<()> + Sync) -> i32 {
+fn spmd(g: &graphscale::cli::Mpi, f: impl Fn(&Comm) -> Result<()> + Sync) -> i32 {
     let timeout = Duration::from_secs_f64(g.comm_timeout.max(1.0));
     let under_mpi = launcher_rank().is_some();
     let finish = |comm: &Comm, r: Result<()>| -> i32 {
@@ -418,6 +420,7 @@ fn eval_cmd(e: &EvalCmd) -> Result<()> {
         corrupt,
         seed,
         json,
+        ..
     } = e
     {
         let (rows, dim, data) = train::output::read_embeddings(embeddings)?;
@@ -626,7 +629,7 @@ fn train_cmd(comm: &Comm, t: &TrainCmd) -> Result<()> {
     Ok(())
 }
 
-fn plan_cmd(x: &PlanCmd, g: &graphscale::cli::Global) -> Result<()> {
+fn plan_cmd(x: &PlanCmd) -> Result<()> {
     use graphscale::plan::{self, Job, Rates};
     if x.model.is_kg() {
         // Their steps (chunks of triples against shared negatives, owner-side Adagrad, the
@@ -656,11 +659,11 @@ fn plan_cmd(x: &PlanCmd, g: &graphscale::cli::Global) -> Result<()> {
         window: x.window,
         line_samples: x.line_samples,
         batch_size: x.batch_size,
-        ranks: g.ranks,
-        ranks_per_node: g.ranks_per_node().unwrap_or(1),
+        ranks: x.ranks,
+        ranks_per_node: x.ranks_per_node.map_or(1, |n| n as usize),
         threads: x.threads,
         cores_per_node: x.cores_per_node.unwrap_or_else(|| {
-            (g.ranks_per_node().unwrap_or(1).min(g.ranks) * (x.threads + 1)) as f64
+            (x.ranks_per_node.map_or(1, |n| n as usize).min(x.ranks) * (x.threads + 1)) as f64
         }),
         mem_per_node: x
             .mem_per_node

@@ -108,10 +108,11 @@ pub fn partial(path: &Path) -> PathBuf {
 /// Publish a complete partial file: rename it over `path` (atomic on one filesystem).
 pub fn commit(path: &Path) -> Result<()> {
     let tmp = partial(path);
-    if let Ok(f) = std::fs::File::open(&tmp) {
-        // Data on disk before the name points at it (a crash leaves the old file or the new).
-        let _ = f.sync_all();
-    }
+    // Data on disk before the name points at it (a crash leaves the old file or the new); a
+    // disk that filled up fails here at the latest.
+    std::fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| Error::io(&tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
 }
 

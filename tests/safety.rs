@@ -342,6 +342,24 @@ fn flags_that_cannot_apply_and_negative_numbers_are_refused_clearly() {
     for w in ["default 128", "default 80", "default 10", "default 5"] {
         assert!(o.stdout.contains(w), "{w}: {}", o.stdout);
     }
+    // The MPI flags belong to the commands that run as a job; serial ones neither list nor
+    // take them.
+    for c in [
+        "convert", "generate", "export", "split", "reorder", "report",
+    ] {
+        let o = run(30, &[c, "--help"]);
+        assert_eq!(o.code, 0, "{c}: {}", o.all());
+        assert!(!o.stdout.contains("--comm-timeout"), "{c}: {}", o.stdout);
+        assert!(!o.stdout.contains("--ranks"), "{c}: {}", o.stdout);
+    }
+    let o = run(30, &["eval", "nodeclf", "--help"]);
+    assert!(!o.stdout.contains("--comm-timeout"), "{}", o.stdout);
+    let o = run(30, &["convert", s(&g), "-o", s(&emb), "--ranks", "2"]);
+    assert_eq!(o.code, 2, "{}", o.all());
+    for c in [&["train"][..], &["info"], &["eval", "kg"]] {
+        let o = run(30, &[c, &["--help"]].concat());
+        assert!(o.stdout.contains("--comm-timeout"), "{c:?}: {}", o.stdout);
+    }
 }
 
 /// A usage error under mpirun prints its message every time (rank 0 prints; the others wait
@@ -447,4 +465,60 @@ fn a_signal_checkpoints_and_stops_the_job() {
     assert!(err.contains("stopped by a signal"), "{err}");
     assert!(ck.join("LATEST").exists(), "{err}");
     assert!(!emb.exists(), "embeddings of a stopped run were written");
+}
+
+/// A disk that fills (here a file-size limit, `ulimit -f`, which fails writes as a full disk
+/// does) fails the command naming the file, removes the partial output and leaves the earlier
+/// file; a training run whose embeddings cannot be written exits non-zero with none left.
+#[test]
+fn a_full_disk_fails_the_write_and_keeps_the_earlier_file() {
+    let d = tmp();
+    let mut text = String::new();
+    for i in 0..60_000u64 {
+        text.push_str(&format!("{} {}\n", i % 20_000, (i * 7919 + 13) % 20_000));
+    }
+    let big = edges(d.path(), "big.tsv", &text);
+    let small = edges(d.path(), "small.tsv", "0 1\n1 2\n2 0\n");
+    let g = p(d.path(), "g.h5");
+    assert_eq!(convert(&small, &g, &[]).code, 0);
+    let before = std::fs::read(&g).unwrap();
+    // 64 KiB of file at most; SIGXFSZ ignored so that the write fails with an error.
+    let limited = |args: &[&str]| -> Out {
+        let mut c = std::process::Command::new("timeout");
+        c.args(["-k", "5", "120", "bash", "-c"])
+            .arg(format!("trap '' XFSZ; ulimit -f 64; exec {BIN} \"$@\""))
+            .arg("graphscale")
+            .args(args);
+        let o = c.output().unwrap();
+        Out {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    };
+    let o = limited(&["convert", s(&big), "-o", s(&g)]);
+    assert_eq!(o.code, 1, "{}", o.all());
+    assert!(o.stderr.contains("g.h5"), "{}", o.all());
+    assert!(o.stderr.contains("unchanged"), "{}", o.all());
+    assert_eq!(
+        std::fs::read(&g).unwrap(),
+        before,
+        "the earlier graph changed"
+    );
+    let partial = |dir: &std::path::Path| {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .any(|e| e.file_name().to_string_lossy().contains("partial"))
+    };
+    assert!(!partial(d.path()), "a partial file was left");
+    // Embeddings of 20,000 rows x 8 f32 (640 KB) do not fit in 64 KiB.
+    let g2 = p(d.path(), "g2.h5");
+    assert_eq!(convert(&big, &g2, &[]).code, 0);
+    let emb = p(d.path(), "emb.h5");
+    let o = limited(&small_walks(s(&g2), s(&emb)));
+    assert_ne!(o.code, 0, "{}", o.all());
+    assert!(o.stderr.contains("emb.h5"), "{}", o.all());
+    assert!(!emb.exists(), "embeddings appeared");
+    assert!(!partial(d.path()), "a partial file was left");
 }

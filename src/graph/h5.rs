@@ -366,6 +366,7 @@ impl EdgeWriter {
         if let Some(names) = names {
             write_names(&self.file, &path, "node_names", names)?;
         }
+        flush(&self.file, &path)?;
         Ok((n, self.written as u64))
     }
 
@@ -376,8 +377,17 @@ impl EdgeWriter {
         write_attr(&file, "num_relations", relations.len() as u64)
             .map_err(|e| Error::hdf5(&path, "attribute num_relations", e))?;
         write_names(&file, &path, "relation_names", relations)?;
+        flush(&file, &path)?;
         Ok(out)
     }
+}
+
+/// Flush `f` to the disk and report a failed write (a full disk, a quota): HDF5 keeps written
+/// data in its caches, and a write that fails when the file is closed on drop goes unreported,
+/// leaving a truncated file behind a successful exit.
+pub fn flush(f: &hdf5::File, path: &Path) -> Result<()> {
+    f.flush()
+        .map_err(|e| Error::hdf5(path, "write to disk (is it full?)", e))
 }
 
 /// A 1-D dataset of variable-length UTF-8 strings.

@@ -161,6 +161,7 @@ pub fn reorder(
         .with_data(&ids)
         .create("original_ids")
         .map_err(|e| Error::hdf5(output, "dataset original_ids", e))?;
+    crate::graph::h5::flush(&out, output)?;
     Ok(Reordered {
         by,
         nodes: n,

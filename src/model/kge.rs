@@ -670,7 +670,7 @@ impl Model for Kge {
         if let Some(n) = src.relation_names()? {
             crate::graph::h5::write_names(&f, path, "relation_names", &n)?;
         }
-        Ok(())
+        crate::graph::h5::flush(&f, path)
     }
 
     fn validate(

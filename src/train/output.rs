@@ -93,7 +93,8 @@ pub fn write_names(path: &Path, graph: &Path, kg: bool) -> Result<()> {
         Err(_) => names,
     };
     let f = hdf5::File::open_rw(path).map_err(|e| Error::hdf5(path, "open output", e))?;
-    crate::graph::h5::write_names(&f, path, "node_names", &names)
+    crate::graph::h5::write_names(&f, path, "node_names", &names)?;
+    crate::graph::h5::flush(&f, path)
 }
 
 /// The original id of each of this rank's rows, when the graph file has `original_ids`.
@@ -240,7 +241,8 @@ fn write_block(path: &Path, first: usize, a: &Array2<f32>) -> Result<()> {
         .dataset("embeddings")
         .map_err(|e| Error::hdf5(path, "open embeddings", e))?;
     ds.write_slice(a, s![first..first + a.nrows(), ..])
-        .map_err(|e| Error::hdf5(path, "write embeddings", e))
+        .map_err(|e| Error::hdf5(path, "write embeddings", e))?;
+    crate::graph::h5::flush(&f, path)
 }
 
 fn create(path: &Path, n: usize, dim: usize, cfg: &TrainConfig, ranks: usize) -> Result<()> {
@@ -263,7 +265,7 @@ fn create(path: &Path, n: usize, dim: usize, cfg: &TrainConfig, ranks: usize) ->
         .create("ranks")
         .and_then(|a| a.write_scalar(&(ranks as u64)))
         .map_err(err("attribute ranks"))?;
-    Ok(())
+    crate::graph::h5::flush(&f, path)
 }
 
 fn write_rows(path: &Path, g: &LocalGraph, shard: &Shard) -> Result<()> {
@@ -297,7 +299,7 @@ fn write_rows(path: &Path, g: &LocalGraph, shard: &Shard) -> Result<()> {
             res.map_err(|e| Error::hdf5(path, "write embeddings", e))?;
             start = end;
         }
-        Ok(())
+        crate::graph::h5::flush(&f, path)
     })
 }
 
