@@ -11,7 +11,7 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 RANKS ?= 4
 DEMO_DIR ?= target/demo
 
-.PHONY: setup build demo test lint bench clean
+.PHONY: setup build build-mpich demo test test-mpich test-mpich-ci lint bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -29,6 +29,22 @@ lint: setup
 test: lint
 	cargo test --lib --bins --tests
 	cargo bench --bench kernels --no-run
+
+# graphscale linked against MPICH (run it with mpiexec.mpich or srun --mpi=pmi2).
+build-mpich:
+	@bash scripts/setup.sh mpich
+	MPICC=mpicc.mpich CARGO_TARGET_DIR=target/mpich cargo build --release
+
+# The unit tests and every mpirun suite again, built against MPICH (its own target directory)
+# and launched by MPICH's mpiexec; MPICH_TESTS="--test mpi --test faults" picks suites (CI runs
+# MPICH_CI's: the suites of the one-sided reads, the cache's exchange, faults and resume).
+MPICH_CI := --test mpi --test faults --test remote --test strategy --test safety
+test-mpich:
+	@bash scripts/setup.sh mpich
+	bash scripts/test-mpich.sh $(MPICH_TESTS)
+
+test-mpich-ci:
+	$(MAKE) test-mpich MPICH_TESTS="$(MPICH_CI)"
 
 bench: build
 	bash bench/run_benchmarks.sh

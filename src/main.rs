@@ -673,6 +673,8 @@ fn plan_cmd(x: &PlanCmd) -> Result<()> {
         wire_bytes: x.wire_dtype.size(),
         latency: x.latency,
         bandwidth: size("--bandwidth", &x.bandwidth)?,
+        // MPI_Get_library_version may be called before MPI_Init (plan runs without MPI).
+        process: plan::process_bytes(&mpi::environment::library_version().unwrap_or_default()),
     };
     let rates = if x.calibrate.is_empty() {
         Rates::defaults()

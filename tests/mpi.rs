@@ -108,32 +108,14 @@ fn exchanges_split_into_rounds_deliver_everything() {
         .code,
         0
     );
-    let mut c = std::process::Command::new("timeout");
-    c.args([
-        "-k",
-        "5",
-        "90",
-        "mpirun",
-        "--oversubscribe",
-        "-n",
-        "3",
-        "-x",
-        "GRAPHSCALE_A2A_ROUND_BYTES=64",
-        BIN,
-        "info",
-        "--graph",
-        s(&g),
-        "--json",
-    ])
-    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-    let out = c.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = mpirun_env(
+        3,
+        90,
+        &["GRAPHSCALE_A2A_ROUND_BYTES=64"],
+        &["info", "--graph", s(&g), "--json"],
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.code, 0, "{}", out.all());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v["adjacency_entries"], 1000);
     assert_eq!(v["min_degree"], 2);
     assert_eq!(v["max_degree"], 2);

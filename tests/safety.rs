@@ -418,22 +418,10 @@ fn a_signal_checkpoints_and_stops_the_job() {
     let d = tmp();
     let (g, _) = sbm(d.path(), 2000, 4);
     let (emb, ck) = (p(d.path(), "emb.h5"), p(d.path(), "ck"));
-    let mut child = std::process::Command::new("mpirun")
-        .args([
-            "--oversubscribe",
-            "-n",
-            "2",
-            BIN,
-            "--graph",
-            s(&g),
-            "-o",
-            s(&emb),
-        ])
+    let mut child = launcher(2, &[])
+        .args(["--graph", s(&g), "-o", s(&emb)])
         .args(["--dim", "16", "--walks-per-node", "400", "--threads", "1"])
         .args(["--checkpoint-dir", s(&ck), "--checkpoint-every", "100000"])
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_mpi_yield_when_idle", "1")
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("mpirun");

@@ -3,7 +3,8 @@
 # submit directory, a graphscale checkout).
 #
 # gs_setup            site settings (SITE_ENV, default $GS_HOME/scripts/slurm/site.env), the binary
-#                     (BIN), the launcher (LAUNCHER=mpirun|srun) and the threads per rank
+#                     (BIN), the launcher (LAUNCHER=mpirun|srun; MPIRUN names the mpirun, e.g.
+#                     mpirun.mpich, for a build against MPICH) and the threads per rank
 # gs_launch K N ARGS  run graphscale with N ranks on the first K nodes of the allocation (or, with
 #                     SIMULATE_NODES=1, all on this node with --ranks-per-node N/K: every group of
 #                     ranks its own node, as a scaling study on one machine)
@@ -21,8 +22,12 @@ gs_setup() {
   BIN="${BIN:-$GS_HOME/target/release/graphscale}"
   [[ -x "$BIN" ]] || { echo "graphscale: no binary at $BIN (build it: make build, or set BIN)" >&2; exit 1; }
   LAUNCHER="${LAUNCHER:-mpirun}"
+  MPIRUN="${MPIRUN:-mpirun}"
   THREADS="${SLURM_CPUS_PER_TASK:-1}"
-  if [[ "$LAUNCHER" == mpirun ]]; then
+  # MPICH's launcher (Hydra: MPICH, Intel MPI, MVAPICH2) takes other flags than Open MPI's.
+  MPI_FLAVOUR=openmpi
+  if [[ "$LAUNCHER" == mpirun ]] && "$MPIRUN" --version 2>&1 | grep -qi hydra; then MPI_FLAVOUR=hydra; fi
+  if [[ "$LAUNCHER" == mpirun && "$MPI_FLAVOUR" == openmpi ]]; then
     export OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}"
     if [[ "$(id -u)" == 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
   fi
@@ -95,18 +100,24 @@ _gs_launch() {
     fi
     return
   fi
+  local hosts=""
+  if [[ "${SIMULATE_NODES:-0}" != 1 && -n "${SLURM_JOB_NODELIST:-}" ]]; then
+    hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n "$k" | paste -sd, -)
+  fi
+  local place=()
+  if [[ "$MPI_FLAVOUR" == hydra ]]; then
+    # Hydra kills the job when a rank fails, binds nothing by default (a rank's threads are
+    # free to use its task's CPUs) and runs more ranks than cores without being asked.
+    [[ -n "$hosts" ]] && place+=(-hosts "$hosts" -ppn "$per")
+    exec "$MPIRUN" "${place[@]}" -n "$n" "$BIN" "$@" "${extra[@]}"
+  fi
   # Open MPI's mpirun aborts the job when a rank exits non-zero or calls MPI_Abort. It binds a
   # rank to one core by default: a rank gets all of its task's CPUs.
-  local place=()
   [[ "$THREADS" -gt 1 ]] && place=(--map-by "slot:PE=$THREADS")
-  if [[ "${SIMULATE_NODES:-0}" != 1 && -n "${SLURM_JOB_NODELIST:-}" ]]; then
-    local hosts
-    hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n "$k" | sed "s/\$/:$per/" | paste -sd, -)
-    place+=(--host "$hosts")
-  fi
+  [[ -n "$hosts" ]] && place+=(--host "$(echo "$hosts" | sed "s/,/:$per,/g; s/\$/:$per/")")
   # More ranks than the allocation's slots only where asked (OVERSUBSCRIBE=1) or simulated: on
   # a cluster it hides a mis-sized allocation (ranks sharing cores, at a fraction of the speed).
   [[ "${OVERSUBSCRIBE:-0}" == 1 || "${SIMULATE_NODES:-0}" == 1 ]] && place+=(--oversubscribe)
   # exec: the launcher is the background process gs_launch signals.
-  exec mpirun "${place[@]}" -n "$n" "$BIN" "$@" "${extra[@]}"
+  exec "$MPIRUN" "${place[@]}" -n "$n" "$BIN" "$@" "${extra[@]}"
 }

@@ -3,7 +3,10 @@
 # and check that a good job completes with embeddings and a failing job ends FAILED, not hung.
 #   bash scripts/slurm/selftest.sh          (as root on Debian 12; installs slurm-wlm and munge)
 # Needs a release build (make build). Everything Slurm writes lives under a temporary directory;
-# the daemons are stopped on exit.
+# the daemons are stopped on exit. After the Open MPI jobs below (mpirun), a good and a failing
+# job run again under every other launcher: srun with Open MPI (PMIx) and, when a build against
+# MPICH exists (MPICH_BIN, default target/mpich/release/graphscale: make build-mpich),
+# MPICH's mpirun.mpich and srun --mpi=pmi2.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="$(pwd)"
@@ -106,4 +109,33 @@ fi
 echo "failing job $(cat "$W/bad.jid") ended non-zero after $(( $(date +%s) - start )) s"
 grep -q "injecting fault" "$W"/bad-*.out || { cat "$W"/bad-*.out; echo "selftest: the job failed for another reason" >&2; exit 1; }
 grep -h "signal 9" "$W"/bad-*.out | head -2 || true
+
+# launcher_jobs NAME BIN VAR=value...: a good job and a failing job with the launcher settings
+# given (LAUNCHER, SRUN_MPI, MPIRUN), each checked as above.
+launcher_jobs() {
+  local name="$1" bin="$2"
+  shift 2
+  local t0 jid
+  jid=$(env "$@" EXTRA="--walks-per-node 2 --comm-timeout 60" sbatch --parsable --wait --ntasks 4 --overcommit --chdir "$W" \
+    --output "$W/$name-good-%j.out" --export=ALL,GRAPH="$W/g.h5",OUT="$W/$name.h5",BIN="$bin" \
+    "$ROOT/scripts/slurm/run_deepwalk.slurm") || { cat "$W/$name"-good-*.out; echo "selftest: $name: good job failed" >&2; exit 1; }
+  [[ -f "$W/$name.h5" ]] || { cat "$W/$name"-good-*.out; echo "selftest: $name: no embeddings" >&2; exit 1; }
+  echo "$name: good job $jid wrote $name.h5 with 4 ranks"
+  t0=$(date +%s)
+  if env "$@" EXTRA="--comm-timeout 20 --inject-fault rank=2,step=20,kind=kill" sbatch --parsable --wait --ntasks 4 --overcommit --time 5 \
+    --chdir "$W" --output "$W/$name-bad-%j.out" --export=ALL,GRAPH="$W/g.h5",OUT="$W/$name-bad.h5",BIN="$bin" \
+    "$ROOT/scripts/slurm/run_deepwalk.slurm" > /dev/null; then
+    cat "$W/$name"-bad-*.out; echo "selftest: $name: a job with a killed rank reported success" >&2; exit 1
+  fi
+  grep -q "injecting fault" "$W/$name"-bad-*.out || { cat "$W/$name"-bad-*.out; echo "selftest: $name: the job failed for another reason" >&2; exit 1; }
+  echo "$name: failing job ended non-zero after $(( $(date +%s) - t0 )) s"
+}
+launcher_jobs openmpi-srun "$BIN" LAUNCHER=srun SRUN_MPI=pmix
+MPICH_BIN="${MPICH_BIN:-$ROOT/target/mpich/release/graphscale}"
+if [[ -x "$MPICH_BIN" ]] && "$MPICH_BIN" --version | grep -q MPICH; then
+  launcher_jobs mpich-mpirun "$MPICH_BIN" LAUNCHER=mpirun MPIRUN=mpirun.mpich
+  launcher_jobs mpich-srun "$MPICH_BIN" LAUNCHER=srun SRUN_MPI=pmi2
+else
+  echo "selftest: no MPICH build at $MPICH_BIN: MPICH's launchers not checked (make build-mpich)"
+fi
 echo "selftest: OK ($W)"

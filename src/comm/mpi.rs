@@ -11,6 +11,10 @@
 //! batch, with an `hindexed_block` datatype that picks the rows out of the owner's memory, then
 //! flushes each target it read from (one flush per target: with MPICH 4.0.2 a single
 //! `MPI_Win_flush_all` after many gets sometimes returned before the data arrived).
+//!
+//! The same source builds against Open MPI and the MPICH ABI family (MPICH, Cray MPICH, Intel
+//! MPI, MVAPICH2); every integration suite runs under both (`make test-mpich`). What differs
+//! between them and how it is handled here: docs/running.md, "MPI libraries and launchers".
 
 use std::os::raw::c_int;
 use std::ptr;

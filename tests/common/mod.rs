@@ -38,7 +38,55 @@ pub fn run(secs: u32, args: &[&str]) -> Out {
     finish(c)
 }
 
-/// Run the binary under `mpirun --oversubscribe -n ranks`, killed after `secs`.
+/// Which MPI the suites run under: Open MPI (`mpirun`) unless `GRAPHSCALE_TEST_MPI=mpich`, which
+/// `make test-mpich` sets for a build linked against MPICH (its launcher is `mpiexec.mpich`).
+pub fn mpich() -> bool {
+    std::env::var("GRAPHSCALE_TEST_MPI").is_ok_and(|v| v == "mpich")
+}
+
+/// The launcher's command line for `ranks` ranks of the binary with `VAR=value` settings exported
+/// to every rank (`mpirun --oversubscribe -n N -x VAR=value`, or `mpiexec.mpich -n N -genv VAR
+/// value`), ending with the binary.
+pub fn launch_args(ranks: usize, env: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = if mpich() {
+        vec!["mpiexec.mpich".into(), "-n".into(), ranks.to_string()]
+    } else {
+        vec![
+            "mpirun".into(),
+            "--oversubscribe".into(),
+            "-n".into(),
+            ranks.to_string(),
+        ]
+    };
+    for e in env {
+        let (k, v) = e.split_once('=').expect("VAR=value");
+        if mpich() {
+            a.extend(["-genv".into(), k.into(), v.into()]);
+        } else {
+            a.extend(["-x".into(), e.to_string()]);
+        }
+    }
+    a.push(BIN.into());
+    a
+}
+
+/// The launcher as a command (see [`launch_args`]), with the settings Open MPI needs as root on a
+/// small machine (MPICH ignores them).
+pub fn launcher(ranks: usize, env: &[&str]) -> Command {
+    let a = launch_args(ranks, env);
+    let mut c = Command::new(&a[0]);
+    c.args(&a[1..]);
+    mpi_env(&mut c);
+    c
+}
+
+fn mpi_env(c: &mut Command) {
+    c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_mpi_yield_when_idle", "1");
+}
+
+/// Run the binary under the launcher with `ranks` ranks, killed after `secs`.
 /// `timeout` exits 124 when it had to kill the job: tests assert on the code, so a hang fails.
 pub fn mpirun(ranks: usize, secs: u32, args: &[&str]) -> Out {
     mpirun_env(ranks, secs, &[], args)
@@ -47,23 +95,10 @@ pub fn mpirun(ranks: usize, secs: u32, args: &[&str]) -> Out {
 /// As [`mpirun`], with `VAR=value` settings exported to every rank (`mpirun -x`).
 pub fn mpirun_env(ranks: usize, secs: u32, env: &[&str], args: &[&str]) -> Out {
     let mut c = Command::new("timeout");
-    c.args([
-        "-k",
-        "5",
-        &secs.to_string(),
-        "mpirun",
-        "--oversubscribe",
-        "-n",
-        &ranks.to_string(),
-    ]);
-    for e in env {
-        c.args(["-x", e]);
-    }
-    c.arg(BIN)
-        .args(args)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_mpi_yield_when_idle", "1");
+    c.args(["-k", "5", &secs.to_string()])
+        .args(launch_args(ranks, env))
+        .args(args);
+    mpi_env(&mut c);
     finish(c)
 }
 
