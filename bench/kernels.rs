@@ -2,17 +2,18 @@
 //! pairs/s, rows/s or draws/s. Roofline: a skip-gram pair with K negatives at d = 128 does
 //! ~(1 + K) * 3 * 2 * d flops on (2 + K) rows of d * 4 bytes. Run: `cargo bench --bench kernels`.
 //! Groups: skip-gram (batched, hogwild pairs, hogwild token blocks), LINE first order, walk epochs (DeepWalk and node2vec),
-//! row gather and scatter-add, row codecs (f32/f16/bf16), alias draws.
+//! row gather and scatter-add, row codecs (f32/f16/bf16, int8 on the wire), alias draws.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rand::RngExt;
 
 use graphscale::config::Dtype;
+use graphscale::config::WireDtype;
 use graphscale::model::cells::Shared::{F16, F32};
 use graphscale::model::sgns;
 use graphscale::sample::alias::AliasTable;
 use graphscale::sample::rng_for;
-use graphscale::store::{decode_row, encode_row, OptParams};
+use graphscale::store::{decode_row, decode_wire, encode_row, encode_wire, OptParams};
 
 /// `n` uniform (center, context) pairs and `k` uniform negatives each over `rows` rows.
 fn random_batch(
@@ -341,7 +342,64 @@ fn rows_codec(c: &mut Criterion) {
             })
         });
     }
+    // int8 on the wire: rows to nearest, deltas dithered, against the serial-generator encoder
+    // it replaced (kept here as the baseline of the same invocation).
+    let wb = WireDtype::Int8.row_bytes(dim);
+    let mut bytes = vec![0u8; n * wb];
+    for (name, dither) in [("nearest", None), ("dithered", Some(7u64))] {
+        g.bench_function(format!("encode_int8_{name}"), |b| {
+            b.iter(|| {
+                for (i, (r, out)) in data
+                    .chunks_exact(dim)
+                    .zip(bytes.chunks_exact_mut(wb))
+                    .enumerate()
+                {
+                    encode_wire(WireDtype::Int8, r, out, dither.map(|d| d ^ i as u64));
+                }
+            })
+        });
+        g.bench_function(format!("encode_int8_{name}_serial_baseline"), |b| {
+            b.iter(|| {
+                for (i, (r, out)) in data
+                    .chunks_exact(dim)
+                    .zip(bytes.chunks_exact_mut(wb))
+                    .enumerate()
+                {
+                    encode_int8_serial(r, out, dither.map(|d| d ^ i as u64));
+                }
+            })
+        });
+    }
+    let mut back = vec![0f32; n * dim];
+    g.bench_function("decode_int8", |b| {
+        b.iter(|| {
+            for (inp, out) in bytes.chunks_exact(wb).zip(back.chunks_exact_mut(dim)) {
+                decode_wire(WireDtype::Int8, inp, out);
+            }
+        })
+    });
     g.finish();
+}
+
+/// The int8 encoder before session 26: one xorshift64 generator stepped per value.
+fn encode_int8_serial(row: &[f32], bytes: &mut [u8], dither: Option<u64>) {
+    let top = row.iter().fold(0f32, |a, x| a.max(x.abs()));
+    let scale = top / 127.0;
+    bytes[..4].copy_from_slice(&scale.to_le_bytes());
+    let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+    let mut h = dither.map(|d| d.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    for (x, b) in row.iter().zip(&mut bytes[4..]) {
+        let u = match &mut h {
+            None => 0.5,
+            Some(h) => {
+                *h ^= *h << 13;
+                *h ^= *h >> 7;
+                *h ^= *h << 17;
+                (*h >> 40) as f32 * (1.0 / (1u64 << 24) as f32)
+            }
+        };
+        *b = (x * inv + u).floor().clamp(-127.0, 127.0) as i8 as u8;
+    }
 }
 
 fn alias_draws(c: &mut Criterion) {
