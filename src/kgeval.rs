@@ -60,8 +60,7 @@ impl KgEmbeddings {
                 ),
             )
         })?;
-        let (entities, dim, rows) =
-            crate::train::output::read_embeddings_stripe(path, rank, ranks)?;
+        let (entities, dim, rows) = crate::embeddings::read_embeddings_stripe(path, rank, ranks)?;
         let ds = f.dataset("relations").map_err(|_| {
             Error::bad_input(
                 path,

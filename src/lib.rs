@@ -14,6 +14,8 @@ pub use error::{Error, Result};
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
+pub mod embeddings;
+pub mod estimate;
 pub mod eval;
 pub mod export;
 pub mod kgeval;

@@ -439,7 +439,7 @@ pub fn link_prediction_distributed(
     let (rank, ranks) = (comm.rank(), comm.size());
     let local = crate::spmd::agree(
         comm,
-        crate::train::output::read_embeddings_stripe(embeddings, rank, ranks),
+        crate::embeddings::read_embeddings_stripe(embeddings, rank, ranks),
     );
     let (rows, dim, mine) = local?;
     let t = crate::spmd::agree(comm, read_test(test, rows))?;

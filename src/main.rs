@@ -423,7 +423,7 @@ fn eval_cmd(e: &EvalCmd) -> Result<()> {
         ..
     } = e
     {
-        let (rows, dim, data) = train::output::read_embeddings(embeddings)?;
+        let (rows, dim, data) = graphscale::embeddings::read_embeddings(embeddings)?;
         let t = graphscale::linkpred::read_test(test, rows)?;
         let r = graphscale::linkpred::link_prediction(&data, dim, &t, *score, *corrupt, *seed);
         print_linkpred(&r, *score, *json);
@@ -449,8 +449,8 @@ fn eval_cmd(e: &EvalCmd) -> Result<()> {
             "--train-fractions: {f} is not in (0, 1)"
         )));
     }
-    let (rows, dim, data) = train::output::read_embeddings(embeddings)?;
-    let names = train::output::read_node_names(embeddings)?;
+    let (rows, dim, data) = graphscale::embeddings::read_embeddings(embeddings)?;
+    let names = graphscale::embeddings::read_node_names(embeddings)?;
     let labels = graphscale::eval::read_labels(labels, rows, names.as_deref())?;
     let splits = splits
         .as_deref()
@@ -499,8 +499,8 @@ fn eval_cmd(e: &EvalCmd) -> Result<()> {
 fn export_cmd(x: &ExportCmd) -> Result<()> {
     let inputs = [("--embeddings", x.embeddings.as_path())];
     let (rows, dim) = outfile::write_output(&x.output, &inputs, |tmp| {
-        let (rows, dim, data) = train::output::read_embeddings(&x.embeddings)?;
-        let names = train::output::read_node_names(&x.embeddings)?;
+        let (rows, dim, data) = graphscale::embeddings::read_embeddings(&x.embeddings)?;
+        let names = graphscale::embeddings::read_node_names(&x.embeddings)?;
         match x.format.as_str() {
             "npy" => export::npy(tmp, rows, dim, &data)?,
             _ => export::word2vec(tmp, rows, dim, &data, names.as_deref())?,

@@ -4,7 +4,7 @@
 //! either measured on R-MAT 2^20 (the defaults, docs/scaling.md) or fitted from measured runs
 //! (`--calibrate METRICS.jsonl`, repeatable).
 //!
-//! Memory is the estimate `graphscale train` prints and enforces (`train::rank_estimate`, the
+//! Memory is the estimate `graphscale train` prints and enforces (`estimate::rank_estimate`, the
 //! same functions): the process, the adjacency, and the larger of a load round and training's
 //! storage, row cache, samplers and step buffers.
 //!
@@ -340,7 +340,7 @@ pub fn uses_per_pair(rates: &Rates, batch: f64) -> f64 {
 
 /// Both strategies' plans for `job` at `rates`.
 pub fn plan(job: &Job, rates: &Rates) -> Result<(f64, Vec<Plan>)> {
-    use crate::train::{rank_estimate, sampler_bytes};
+    use crate::estimate::{rank_estimate, sampler_bytes};
     check(job)?;
     let (n, d, p) = (job.nodes, job.dim as f64, job.ranks as f64);
     let machines = (p / job.ranks_per_node as f64).ceil();

@@ -9,7 +9,6 @@
 
 pub mod cache;
 mod kg;
-pub mod output;
 mod replicated;
 
 use std::io::Write;
@@ -261,14 +260,14 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         counted,
     )?;
     let load_secs = t.secs();
-    let samplers = sampler_bytes(
+    let samplers = crate::estimate::sampler_bytes(
         cfg.model,
         cfg.batch_size as u64,
         g.num_local() as u64,
         g.local_entries(),
         g.cum_weights.is_some(),
     );
-    let estimate = rank_estimate(
+    let estimate = crate::estimate::rank_estimate(
         process,
         g.bytes(),
         g.file_edges.div_ceil(comm.size() as u64),
@@ -342,75 +341,6 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         run_model::<Sgns>(comm, cfg, &g, load_secs, estimate)
     }
 }
-
-/// A rank's memory estimate (the printed one, `memory_estimate_bytes` and `graphscale plan`'s):
-/// the process before loading, the adjacency, and the larger of a load round (its share of the
-/// file's edges, in rounds of at most `LOAD_CHUNK_EDGES`) and training's needs: the storage
-/// (rows, optimizer state, the row cache, replicas), the samplers and step buffers, and the
-/// output's blocks. The load's rounds come and go before the rows exist; the output's blocks
-/// after training.
-pub fn rank_estimate(
-    process: u64,
-    adjacency: u64,
-    edges_per_rank: u64,
-    storage: u64,
-    samplers: u64,
-    output: bool,
-) -> u64 {
-    let round = LOAD_BYTES_PER_EDGE * csr::LOAD_CHUNK_EDGES.min(edges_per_rank);
-    let output = if output {
-        2 * output::WRITE_BYTES as u64
-    } else {
-        0
-    };
-    process + adjacency + round.max(storage + samplers + output)
-}
-
-/// Bytes a rank's samplers and step buffers hold at their largest, besides its rows and
-/// adjacency, for `nodes` local nodes and `entries` local adjacency entries: the negative table
-/// over its nodes (8 bytes per node, 20 while it is built) and its pool; per node, the walk
-/// order and keep probability of the walk models (8 bytes); per 256 adjacency entries, LINE's
-/// source index (8 bytes), and per entry its alias table on a weighted graph (8 bytes, 20 while
-/// it is built); the batches in flight (`STEP_BYTES` per example).
-pub fn sampler_bytes(
-    model: Model,
-    batch_size: u64,
-    nodes: u64,
-    entries: u64,
-    weighted: bool,
-) -> u64 {
-    use crate::sample::alias::AliasTable;
-    let n = nodes;
-    let pool = 8 * (1u64 << 16).max(4 * batch_size);
-    let steps = STEP_BYTES * batch_size * (IN_PLACE_DEPTH as u64 + 2);
-    let negatives = AliasTable::bytes(n) + pool;
-    // Built after the negative table: (while built, when built).
-    let (build, kept) = match model {
-        Model::Deepwalk | Model::Node2vec => (8 * n, 8 * n),
-        Model::Line => {
-            let index = 8 * (entries / 256 + 1);
-            if weighted {
-                (index + 20 * entries, index + AliasTable::bytes(entries))
-            } else {
-                (index, index)
-            }
-        }
-        _ => (0, 0),
-    };
-    // The negative table's build, then the sampler's, then training.
-    (20 * n)
-        .max(negatives + build)
-        .max(negatives + kept + steps)
-}
-
-/// Bytes per edge of a load round at its largest (72-87 measured on R-MAT graphs of 2^16 to
-/// 2^20 nodes): the edges read (24 bytes) and the HDF5 arrays they come from (16), and the
-/// entries sent and received (8 to 16 each per side, in growing vectors).
-const LOAD_BYTES_PER_EDGE: u64 = 80;
-
-/// Bytes per example of a batch in flight (its sampled tokens or pairs, their row references
-/// and negatives, the plan's lists), about 60 for walks with 5 negatives.
-const STEP_BYTES: u64 = 64;
 
 /// Collective: train `M` on the loaded graph and write its output.
 fn run_model<M: model::Model>(
@@ -498,10 +428,10 @@ fn run_model<M: model::Model>(
         // failed or killed job leaves an earlier file there intact.
         let t = Timer::start();
         let tmp = crate::outfile::partial(out);
-        let written =
-            output::write_embeddings(comm, &tmp, g, &tr.shards[VERTEX], cfg).and_then(|()| {
+        let written = crate::embeddings::write_embeddings(comm, &tmp, g, &tr.shards[VERTEX], cfg)
+            .and_then(|()| {
                 let extra = if comm.rank() == 0 {
-                    output::write_names(&tmp, &cfg.graph, cfg.model.is_kg())
+                    crate::embeddings::write_names(&tmp, &cfg.graph, cfg.model.is_kg())
                         .and_then(|()| tr.model.write_output(&tmp))
                         .and_then(|()| crate::outfile::commit(out))
                 } else {
@@ -1506,7 +1436,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         // idle while the last segments of a batch finish. Otherwise the previous batch ends
         // first.
         let depth = if in_place[VERTEX].all() {
-            IN_PLACE_DEPTH
+            crate::estimate::IN_PLACE_DEPTH
         } else {
             1
         };
@@ -2339,11 +2269,6 @@ fn free_bytes(path: &str) -> Option<u64> {
     let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
     (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
 }
-
-/// Hogwild batches on the pool at once when every row is in place. BlogCatalog 10 x 80, 1 rank
-/// x 2 threads, alternated runs: 1 batch 5.71-6.11M pairs/s, 2 batches 5.32-6.93M (median of
-/// six 5.80M), 3 batches 5.22-7.60M (median 6.54M), Micro-F1 the same (docs/performance.md).
-const IN_PLACE_DEPTH: usize = 3;
 
 /// Hogwild batches on the pool at once across nodes with the row cache: the next batch's
 /// exchange runs while the pool trains the previous one.
