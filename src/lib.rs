@@ -24,6 +24,7 @@ pub mod outfile;
 pub mod plan;
 pub mod report;
 pub mod sample;
+pub mod selftest;
 pub mod signals;
 pub mod stats;
 pub mod store;

@@ -740,7 +740,7 @@ fn selftest(comm: &Comm, s: &SelftestCmd) -> Result<()> {
             Ok(())
         }
         _ => {
-            let checked = graphscale::comm::selftest_rma(comm, s.rows, s.rounds);
+            let checked = graphscale::selftest::selftest_rma(comm, s.rows, s.rounds);
             let total = comm.sum_u64(checked?);
             if comm.rank() == 0 {
                 println!(

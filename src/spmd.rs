@@ -2,12 +2,7 @@
 //! on it: if any rank failed, every rank returns the same error naming the failing ranks, and
 //! every rank exits non-zero. After training starts a failure on one rank aborts the whole job.
 
-use std::sync::atomic::AtomicU64;
-
 use crate::comm::Comm;
-
-/// The training step this process is in (0 before training), for failure messages.
-pub static STEP: AtomicU64 = AtomicU64::new(0);
 use crate::error::{Error, Result};
 
 /// All ranks learn whether any rank failed; on failure all return `Error::Ranks` with each

@@ -360,7 +360,7 @@ impl Shard {
     }
 
     /// Collective: as [`Shard::new`] with private windows, the rows in a memory-mapped file at
-    /// `path` (`--mmap-rows`; [`Comm::mapped_window`]).
+    /// `path` (`--mmap-rows`; [`Comm::window_over_map`]).
     pub fn mapped(
         comm: &Comm,
         rows: usize,
@@ -369,7 +369,10 @@ impl Shard {
         opt: Optimizer,
         path: &std::path::Path,
     ) -> crate::Result<Shard> {
-        let window = comm.mapped_window(path, rows * dim * dtype.size())?;
+        let bytes = rows * dim * dtype.size();
+        // Every rank agrees on its file before the collective window over them.
+        let map = crate::spmd::agree(comm, comm.map_window_file(path, bytes))?;
+        let window = comm.window_over_map(map, bytes);
         Ok(Shard::over(window, rows, dim, dtype, opt))
     }
 

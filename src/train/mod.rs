@@ -1248,7 +1248,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             self.m.seconds.sample += t.secs();
         }
         self.step += 1;
-        crate::spmd::STEP.store(self.step, std::sync::atomic::Ordering::Relaxed);
+        crate::comm::STEP.store(self.step, std::sync::atomic::Ordering::Relaxed);
         let sent = comm
             .traffic()
             .sent
