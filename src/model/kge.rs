@@ -26,13 +26,23 @@ use wide::f32x8;
 use super::{Cells, Grads, Model, Plan, Work, SKIP};
 use crate::config::{KgLoss, Model as Kind, NegSampling, NegativesFrom, Reg, TrainConfig};
 use crate::error::{Error, Result};
-use crate::graph::triples::{Triple, TripleFile};
+use crate::graph::triples::TripleFile;
 use crate::graph::LocalGraph;
 use crate::sample::negatives::NegativePool;
 use crate::sample::Rng;
 
 /// The first bytes of a knowledge-graph model's checkpointed state.
 const KG_STATE_MAGIC: &[u8; 4] = b"KGST";
+
+/// What ranks triples besides the entity rows: the score function, its margin (TransE, RotatE)
+/// and the relations (`rel_dim` values each), as a trained model holds them.
+#[derive(Clone, Debug)]
+pub struct Ranking {
+    pub score: Score,
+    pub gamma: f32,
+    pub relations: Vec<f32>,
+    pub rel_dim: usize,
+}
 
 /// A knowledge-graph score function.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -673,27 +683,13 @@ impl Model for Kge {
         crate::graph::h5::flush(&f, path)
     }
 
-    fn validate(
-        &self,
-        comm: &crate::comm::Comm,
-        rows: Vec<f32>,
-        dim: usize,
-        g: &LocalGraph,
-        valid: &[Triple],
-        known: &[Triple],
-    ) -> Option<crate::kgeval::KgMetrics> {
-        let emb = crate::kgeval::KgEmbeddings {
+    fn ranking(&self) -> Option<Ranking> {
+        Some(Ranking {
             score: self.loss.score,
             gamma: self.loss.gamma,
-            entities: g.num_nodes() as usize,
-            dim,
-            rows,
-            part: g.part.clone(),
-            rank: comm.rank(),
             relations: self.rel.to_vec(),
             rel_dim: self.rel_dim,
-        };
-        Some(crate::kgeval::rank_distributed(comm, &emb, valid, known))
+        })
     }
 
     /// The relations and their Adagrad sums: `KGST`, the count n (u64), n + n f32 values.

@@ -20,7 +20,7 @@ use cells::Shared;
 
 use crate::config::TrainConfig;
 use crate::error::Result;
-use crate::graph::triples::{Triple, Weighted};
+use crate::graph::triples::Weighted;
 use crate::graph::{LocalGraph, NodeId};
 use crate::sample::negatives::NegativePool;
 use crate::sample::walk::Segments;
@@ -89,20 +89,10 @@ pub trait Model: Send + Sync + Sized + 'static {
         let _ = (grads, lr);
     }
 
-    /// Collective: rank `valid` (filtered by `known`) with this rank's rows `rows` (f32, `dim`
-    /// each, as `part` places them) and the model's other parameters; `None` for a model
-    /// without a ranking evaluation.
-    #[allow(clippy::too_many_arguments)]
-    fn validate(
-        &self,
-        comm: &crate::comm::Comm,
-        rows: Vec<f32>,
-        dim: usize,
-        g: &LocalGraph,
-        valid: &[Triple],
-        known: &[Triple],
-    ) -> Option<crate::kgeval::KgMetrics> {
-        let _ = (comm, rows, dim, g, valid, known);
+    /// The parameters a ranking evaluation scores with besides the entity rows (the score
+    /// function, its margin, the relations); `None` for a model without one. The solver hands
+    /// them with the rows to `kgeval` (`--valid`): a model does no evaluation or communication.
+    fn ranking(&self) -> Option<kge::Ranking> {
         None
     }
 

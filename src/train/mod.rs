@@ -1153,12 +1153,21 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             }
             out
         });
-        let Some(m) = self
-            .model
-            .validate(self.comm, rows, dim, self.g, valid, known)
-        else {
+        let Some(r) = self.model.ranking() else {
             return;
         };
+        let emb = crate::kgeval::KgEmbeddings {
+            score: r.score,
+            gamma: r.gamma,
+            entities: self.g.num_nodes() as usize,
+            dim,
+            rows,
+            part: self.g.part.clone(),
+            rank: self.comm.rank(),
+            relations: r.relations,
+            rel_dim: r.rel_dim,
+        };
+        let m = crate::kgeval::rank_distributed(self.comm, &emb, valid, known);
         self.m.valid.push([f64::from(epoch), m.mrr, m.hits10]);
         if self.comm.rank() == 0 {
             eprintln!(
