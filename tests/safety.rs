@@ -449,7 +449,14 @@ fn a_signal_checkpoints_and_stops_the_job() {
     };
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
-    assert_eq!(status.code(), Some(4), "{err}");
+    // Every rank exits 4. Hydra before MPICH 4.2 may report 0 for a job it forwarded a
+    // signal to: it keeps the status of a rank it reaped before the last rank's output
+    // closed and sets the others to 0 (docs/running.md, "MPI libraries and launchers").
+    let codes: &[i32] = if mpich() { &[4, 0] } else { &[4] };
+    assert!(
+        status.code().is_some_and(|c| codes.contains(&c)),
+        "{status:?}: {err}"
+    );
     assert!(err.contains("stopped by a signal"), "{err}");
     assert!(ck.join("LATEST").exists(), "{err}");
     assert!(!emb.exists(), "embeddings of a stopped run were written");

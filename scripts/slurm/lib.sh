@@ -46,8 +46,17 @@ gs_train() {
   # shellcheck disable=SC2206
   [[ -n "${EXTRA:-}" ]] && args+=($EXTRA)
   echo "graphscale: $model, ${SLURM_NTASKS:-4} ranks on ${SLURM_JOB_NODELIST:-localhost}; graph $GRAPH -> $OUT"
-  local rc=0
+  local rc=0 before=""
+  [[ -f "$OUT" ]] && before=$(stat -c %Y "$OUT")
   gs_launch "${SLURM_JOB_NUM_NODES:-1}" "${SLURM_NTASKS:-4}" "${args[@]}" || rc=$?
+  # Hydra before MPICH 4.2 (mpirun.mpich of Debian 12's 4.0.2) can report exit status 0 for a
+  # job it passed a signal to, though every rank exited 4: a "success" that wrote no new
+  # embeddings while the checkpoint directory holds a committed checkpoint was that stop.
+  if [[ $rc == 0 && -n "${CKPT:-}" && -f "$CKPT/LATEST" ]] \
+    && { [[ ! -f "$OUT" ]] || [[ "$(stat -c %Y "$OUT")" == "$before" ]]; }; then
+    echo "graphscale: the launcher reported success but no embeddings were written: stopped at a checkpoint (exit 4)"
+    rc=4
+  fi
   if [[ $rc == 4 && "${REQUEUE:-0}" == 1 && -n "${SLURM_JOB_ID:-}" ]]; then
     echo "graphscale: stopped at a committed checkpoint; requeueing job $SLURM_JOB_ID"
     scontrol requeue "$SLURM_JOB_ID"
