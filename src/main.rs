@@ -139,9 +139,13 @@ fn print_version() {
         .map(|s| s.lines().next().unwrap_or("").trim().to_string())
         .unwrap_or_else(|_| "unknown".into());
     let (v, sv) = mpi::environment::version();
-    println!("graphscale {}", graphscale::cli::LONG_VERSION);
-    println!("MPI: {mpi} (MPI {v}.{sv})");
-    println!("HDF5: {h1}.{h2}.{h3}");
+    // One write, its error ignored: `graphscale --version | grep -q MPICH` closes the pipe
+    // after the line it wanted, which must not make the command panic.
+    let text = format!(
+        "graphscale {}\nMPI: {mpi} (MPI {v}.{sv})\nHDF5: {h1}.{h2}.{h3}\n",
+        graphscale::cli::LONG_VERSION
+    );
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
 }
 
 /// A one-process command. Under a launcher only rank 0 runs it (the others would write the same

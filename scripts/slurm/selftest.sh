@@ -132,7 +132,7 @@ launcher_jobs() {
 }
 launcher_jobs openmpi-srun "$BIN" LAUNCHER=srun SRUN_MPI=pmix
 MPICH_BIN="${MPICH_BIN:-$ROOT/target/mpich/release/graphscale}"
-if [[ -x "$MPICH_BIN" ]] && "$MPICH_BIN" --version | grep -q MPICH; then
+if [[ -x "$MPICH_BIN" ]] && "$MPICH_BIN" --version | grep MPICH > /dev/null; then
   launcher_jobs mpich-mpirun "$MPICH_BIN" LAUNCHER=mpirun MPIRUN=mpirun.mpich
   launcher_jobs mpich-srun "$MPICH_BIN" LAUNCHER=srun SRUN_MPI=pmi2
 else
