@@ -1333,10 +1333,12 @@ mod plan_tests {
             tokens: (0..30).map(|i| ((i * 7) % n, 3)).collect(),
             segs: vec![(0, 0)],
         };
-        crate::comm::local::run(1, std::time::Duration::from_secs(30), |c| {
+        {
             let mut rng = crate::sample::rng_for(1, 0, 0);
-            let mut neg = NegativePool::new(&c, &g, 64, 0.75);
-            neg.refresh(&c, &mut rng);
+            let mut neg = NegativePool::new(&g, 0, 64, 0.75);
+            neg.set_total(neg.mass());
+            let share = neg.draw_share(&mut rng);
+            neg.install([share]);
             let k = 4;
             for share in [1, 3] {
                 let mut refer = |key: u64| (key >> 1) as u32;
@@ -1366,7 +1368,7 @@ mod plan_tests {
                     "{share}"
                 );
             }
-        });
+        }
     }
 }
 

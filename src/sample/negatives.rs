@@ -1,58 +1,59 @@
 //! Negatives from the global degree^0.75 distribution without any rank holding a global table.
 //! Each rank keeps an alias table over its own nodes; on refresh, every rank draws its share of a
-//! pool (proportional to its mass) and the pool is all-gathered, so every rank then holds the
-//! same sample of the global distribution and draws from it uniformly.
+//! pool (proportional to its mass) and the driver sends it to every rank, so every rank then
+//! holds the same sample of the global distribution and draws from it uniformly. The pool does
+//! no communication itself: the driver sums the ranks' masses ([`NegativePool::set_total`]) and
+//! moves the shares ([`NegativePool::draw_share`], [`NegativePool::install`]).
 
 use rand::{Rng as _, RngExt as _};
 
 use super::alias::AliasTable;
 use super::Rng;
-use crate::comm::{decode_u64, encode_u64, Channel, Comm, Posted};
 use crate::graph::LocalGraph;
 
 pub struct NegativePool {
     local: Option<AliasTable>,
+    mass: f64,
     share: f64,
     pool: Vec<u64>,
     pool_size: usize,
     rank: usize,
     part: crate::graph::Partitioner,
-    /// This rank's shares of the installed pool, possibly still under way.
-    sending: Option<Posted>,
 }
 
 impl NegativePool {
-    /// Collective. `weight(i)` is the unnormalised probability of local node `i`
-    /// (degree^0.75 by default).
-    pub fn new(comm: &Comm, g: &LocalGraph, pool_size: usize, power: f64) -> NegativePool {
+    /// This rank's table over its nodes `g` (rank `rank`), `weight(i)` = weighted degree^`power`
+    /// (0.75 by default). Its share of a pool is unknown until [`NegativePool::set_total`], and
+    /// the pool is empty until [`NegativePool::install`].
+    pub fn new(g: &LocalGraph, rank: usize, pool_size: usize, power: f64) -> NegativePool {
         let w: Vec<f64> = (0..g.num_local())
             .map(|i| g.weighted_degree(i).powf(power))
             .collect();
         let mass: f64 = w.iter().sum();
-        let total = comm.all_reduce_f64(&[mass], crate::comm::ReduceOp::Sum)[0];
         NegativePool {
             local: AliasTable::new(w),
-            share: if total > 0.0 { mass / total } else { 0.0 },
+            mass,
+            share: 0.0,
             pool: Vec::new(),
             pool_size: pool_size.max(1),
-            rank: comm.rank(),
+            rank,
             part: g.part.clone(),
-            sending: None,
         }
     }
 
-    /// Collective: draw a fresh pool and install it.
-    pub fn refresh(&mut self, comm: &Comm, rng: &mut Rng) {
-        let posted = self.post_refresh(comm, rng);
-        self.install(comm, posted);
-        self.finish(comm);
+    /// This rank's mass (the sum of its nodes' weights).
+    pub fn mass(&self) -> f64 {
+        self.mass
     }
 
-    /// Collective, first half of a split-phase refresh: this rank's share of the next pool
-    /// starts on its way to every rank; the current pool stays in use until
-    /// [`NegativePool::install`]. Every rank posts and installs in the same order.
-    pub fn post_refresh(&mut self, comm: &Comm, rng: &mut Rng) -> Posted {
-        let mine = match &self.local {
+    /// The sum of every rank's [`NegativePool::mass`]: this rank's share of a pool follows.
+    pub fn set_total(&mut self, total: f64) {
+        self.share = if total > 0.0 { self.mass / total } else { 0.0 };
+    }
+
+    /// This rank's share of a fresh pool (global node ids), for every rank to install.
+    pub fn draw_share(&self, rng: &mut Rng) -> Vec<u64> {
+        match &self.local {
             // Randomised rounding keeps every rank's expected share exact.
             Some(t) => {
                 let want = self.share * self.pool_size as f64;
@@ -64,28 +65,12 @@ impl NegativePool {
                     .collect()
             }
             None => Vec::new(),
-        };
-        comm.post(Channel::Pool, vec![encode_u64(&mine); comm.size()])
-    }
-
-    /// Second half: the pool every rank's posted shares make, the same on every rank. This
-    /// rank's own shares of it are waited for at the next install (or [`NegativePool::finish`]),
-    /// when every rank has long received them.
-    pub fn install(&mut self, comm: &Comm, mut posted: Posted) {
-        self.pool = comm
-            .receive(&mut posted)
-            .iter()
-            .flat_map(|b| decode_u64(b))
-            .collect();
-        self.finish(comm);
-        self.sending = Some(posted);
-    }
-
-    /// Wait for this rank's shares of the installed pool to leave (before the job's end).
-    pub fn finish(&mut self, comm: &Comm) {
-        if let Some(p) = self.sending.take() {
-            comm.complete(p);
         }
+    }
+
+    /// The pool every rank's shares make, in rank order (the same on every rank).
+    pub fn install(&mut self, shares: impl IntoIterator<Item = Vec<u64>>) {
+        self.pool = shares.into_iter().flatten().collect();
     }
 
     /// One negative (the pool is never empty after a refresh of a graph with edges).

@@ -18,7 +18,7 @@ use rand::RngExt;
 use rustc_hash::FxHashMap;
 
 use crate::checkpoint::{self, Cursor, Restored, Snapshot, Writing};
-use crate::comm::{Channel, Comm, Posted, ReduceOp};
+use crate::comm::{decode_u64, encode_u64, Channel, Comm, Posted, ReduceOp};
 use crate::config::{
     Every, FaultKind, Fetch, Kernel, Model, NodeMemory, OnNan, Strategy, TrainConfig, Update,
     WireDtype,
@@ -75,6 +75,8 @@ pub struct Trainer<'a, M: model::Model> {
     /// The negative pool's next draw, under way (installed NEG_REFRESH steps after it is
     /// posted; none before the first step, after a resume or a drain).
     next_pool: Option<Posted>,
+    /// This rank's shares of the installed pool, possibly still on their way.
+    pool_sending: Option<Posted>,
     ckpt: Option<Checkpointing>,
     /// Set when a signal stopped the run: the committed checkpoint version and its step.
     pub stopped: Option<(u64, u64)>,
@@ -537,7 +539,8 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             .thread_name(move |i| format!("compute-{rank}-{i}"))
             .build()
             .map_err(|e| Error::config(format!("--threads {}: {e}", cfg.threads)))?;
-        let neg = NegativePool::new(comm, g, (1 << 16).max(cfg.batch_size * 4), 0.75);
+        let mut neg = NegativePool::new(g, comm.rank(), (1 << 16).max(cfg.batch_size * 4), 0.75);
+        neg.set_total(comm.all_reduce_f64(&[neg.mass()], ReduceOp::Sum)[0]);
         Ok(Trainer {
             comm,
             cfg,
@@ -558,6 +561,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             stamp: 0,
             pending: Default::default(),
             next_pool: None,
+            pool_sending: None,
             ckpt: None,
             stopped: None,
             resumed: None,
@@ -1250,10 +1254,14 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             // first step, after a resume or a drain) the pool is drawn on the spot.
             let t = Timer::start();
             match self.next_pool.take() {
-                Some(p) => self.neg.install(comm, p),
-                None => self.neg.refresh(comm, &mut self.rng),
+                Some(p) => self.install_pool(p),
+                None => {
+                    let p = self.post_pool();
+                    self.install_pool(p);
+                    self.finish_pool();
+                }
             }
-            self.next_pool = Some(self.neg.post_refresh(comm, &mut self.rng));
+            self.next_pool = Some(self.post_pool());
             self.m.seconds.sample += t.secs();
         }
         self.step += 1;
@@ -1987,13 +1995,38 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         }
     }
 
+    /// Collective: this rank's share of the next negative pool starts on its way to every rank
+    /// (the pool in use stays until [`Trainer::install_pool`]). Every rank posts and installs
+    /// in the same order.
+    fn post_pool(&mut self) -> Posted {
+        let share = encode_u64(&self.neg.draw_share(&mut self.rng));
+        self.comm.post(Channel::Pool, vec![share; self.comm.size()])
+    }
+
+    /// The pool every rank's posted shares make, the same on every rank. This rank's own sends
+    /// are waited for at the next install (or [`Trainer::finish_pool`]), when every rank has
+    /// long received them.
+    fn install_pool(&mut self, mut posted: Posted) {
+        let shares = self.comm.receive(&mut posted);
+        self.neg.install(shares.iter().map(|b| decode_u64(b)));
+        self.finish_pool();
+        self.pool_sending = Some(posted);
+    }
+
+    /// Wait for this rank's shares of the installed pool to leave (before the job's end).
+    fn finish_pool(&mut self) {
+        if let Some(p) = self.pool_sending.take() {
+            self.comm.complete(p);
+        }
+    }
+
     /// Apply the batch still in flight, if any (end of training).
     /// Collective when rows are node-shared: returns when no rank of the node updates rows.
     pub fn drain(&mut self, lr: f32) {
         if let Some(p) = self.next_pool.take() {
-            self.neg.install(self.comm, p);
+            self.install_pool(p);
         }
-        self.neg.finish(self.comm);
+        self.finish_pool();
         if self.replica.is_some() {
             self.replica_drain();
             return;
