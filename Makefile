@@ -38,7 +38,7 @@ build-mpich:
 # The unit tests and every mpirun suite again, built against MPICH (its own target directory)
 # and launched by MPICH's mpiexec; MPICH_TESTS="--test mpi --test faults" picks suites (CI runs
 # MPICH_CI's: the suites of the one-sided reads, the cache's exchange, faults and resume).
-MPICH_CI := --test mpi --test remote --test strategy --test safety
+MPICH_CI := --test mpi --test faults --test remote --test strategy --test safety
 test-mpich:
 	@bash scripts/setup.sh mpich
 	bash scripts/test-mpich.sh $(MPICH_TESTS)

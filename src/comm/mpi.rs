@@ -134,7 +134,7 @@ impl MpiComm {
     }
 
     pub fn abort(&self, code: i32) -> ! {
-        self.world.abort(code)
+        abort_world(code)
     }
 
     pub fn all_to_all_v(&self, send: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
@@ -515,8 +515,18 @@ fn displacements(counts: &[c_int]) -> Vec<c_int> {
     d
 }
 
-/// Call `MPI_Abort` on `MPI_COMM_WORLD` from any thread (panic hook, watchdog).
+/// How long a failing rank waits between writing its message and `MPI_Abort`. The launcher
+/// forwards the ranks' output through pipes and kills every rank on the abort; Hydra (MPICH's
+/// `mpiexec`) was seen, once in four loaded runs of the fault suite, to end the job before it had
+/// read the message that explained it. A fraction of a second lets it drain the pipe.
+const ABORT_GRACE: Duration = Duration::from_millis(300);
+
+/// Call `MPI_Abort` on `MPI_COMM_WORLD` from any thread (panic hook, watchdog, fatal errors),
+/// after flushing stderr and a short grace for the launcher to forward it.
 pub fn abort_world(code: i32) -> ! {
+    use std::io::Write as _;
+    let _ = std::io::stderr().flush();
+    std::thread::sleep(ABORT_GRACE);
     // SAFETY: MPI_Abort may be called at any time after MPI_Init by any thread when the library
     // grants THREAD_MULTIPLE; RSMPI_COMM_WORLD is a constant handle. If MPI is not initialised
     // we exit instead (checked first).
