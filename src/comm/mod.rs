@@ -406,6 +406,30 @@ pub fn decode_u64(b: &[u8]) -> Vec<u64> {
         .collect()
 }
 
+/// Node ids in 4 bytes each when `narrow` (graphs of fewer than 2^32 nodes), else 8.
+pub fn encode_ids(v: &[u64], narrow: bool) -> Vec<u8> {
+    if !narrow {
+        return encode_u64(v);
+    }
+    v.iter()
+        .flat_map(|&x| {
+            u32::try_from(x)
+                .expect("a narrow id fits 4 bytes")
+                .to_le_bytes()
+        })
+        .collect()
+}
+
+/// The ids of [`encode_ids`].
+pub fn decode_ids(b: &[u8], narrow: bool) -> Vec<u64> {
+    if !narrow {
+        return decode_u64(b);
+    }
+    b.chunks_exact(4)
+        .map(|c| u64::from(u32::from_le_bytes(c.try_into().expect("4 bytes"))))
+        .collect()
+}
+
 /// Memory other ranks read one-sidedly: this rank's rows of a matrix. The owner reads and writes
 /// its own part with plain loads and stores; readers may observe a row mid-update (HOGWILD).
 pub enum Window {
@@ -567,6 +591,19 @@ impl Drop for Watchdog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Ids come back as they went, in 4 bytes each when narrow and 8 otherwise.
+    #[test]
+    fn ids_round_trip_in_both_widths() {
+        let ids = [0u64, 1, 77, u64::from(u32::MAX)];
+        let b = encode_ids(&ids, true);
+        assert_eq!(b.len(), 16);
+        assert_eq!(decode_ids(&b, true), ids);
+        let wide = [0u64, u64::from(u32::MAX) + 1, u64::MAX - 1];
+        let b = encode_ids(&wide, false);
+        assert_eq!(b.len(), 24);
+        assert_eq!(decode_ids(&b, false), wide);
+    }
 
     /// Huge-page-advised vectors hold their length of default values, at any size (below a
     /// page, unaligned, several 2 MiB pages).

@@ -18,7 +18,7 @@ use rand::RngExt;
 use rustc_hash::FxHashMap;
 
 use crate::checkpoint::{self, Cursor, Restored, Snapshot, Writing};
-use crate::comm::{decode_u64, encode_u64, Channel, Comm, Posted, ReduceOp};
+use crate::comm::{decode_ids, encode_ids, Channel, Comm, Posted, ReduceOp};
 use crate::config::{
     Every, FaultKind, Fetch, Kernel, Model, NodeMemory, OnNan, Strategy, TrainConfig, Update,
     WireDtype,
@@ -41,8 +41,23 @@ use replicated::Replica;
 /// Matrix ids: 0 holds vertex (input) rows, 1 context (output) rows.
 const VERTEX: usize = 0;
 
-/// Steps between refreshes of the negative pool.
+/// Steps between refreshes of the negative pool, at least.
 const NEG_REFRESH: u64 = 16;
+
+/// Draws of each pool entry, per rank, before the pool is drawn again: what 16 steps gave at 2
+/// ranks with the default batch and 5 negatives. Every rank receives the whole pool at each
+/// refresh, so at a refresh period fixed in steps the pool's bytes per pair grew with the rank
+/// count (BlogCatalog, 8 simulated nodes: 17 of the 105 bytes moved per pair; 16 nodes twice
+/// that); a period in draws keeps them per pair at any rank count.
+const POOL_USES: f64 = 10.0;
+
+/// Steps between refreshes of a negative pool of `pool` entries for a rank that trains
+/// `pairs_per_step` pairs of `negatives` negatives each per step: [`POOL_USES`] draws per entry,
+/// and at least [`NEG_REFRESH`] steps.
+fn pool_refresh_steps(pool: usize, pairs_per_step: usize, negatives: usize) -> u64 {
+    let draws = (pairs_per_step.max(1) * negatives.max(1)) as f64;
+    ((POOL_USES * pool as f64 / draws).round() as u64).max(NEG_REFRESH)
+}
 /// A pushed delta's head on the wire: the owner's row with the updates its copy took
 /// (`cache::UpdateCode`), before its `dim` values.
 const DELTA_HEAD: usize = 4;
@@ -77,6 +92,8 @@ pub struct Trainer<'a, M: model::Model> {
     next_pool: Option<Posted>,
     /// This rank's shares of the installed pool, possibly still on their way.
     pool_sending: Option<Posted>,
+    /// Steps between refreshes of the negative pool ([`pool_refresh_steps`]).
+    pool_every: u64,
     ckpt: Option<Checkpointing>,
     /// Set when a signal stopped the run: the committed checkpoint version and its step.
     pub stopped: Option<(u64, u64)>,
@@ -539,7 +556,13 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             .thread_name(move |i| format!("compute-{rank}-{i}"))
             .build()
             .map_err(|e| Error::config(format!("--threads {}: {e}", cfg.threads)))?;
-        let mut neg = NegativePool::new(g, comm.rank(), (1 << 16).max(cfg.batch_size * 4), 0.75);
+        let pool_size = (1 << 16).max(cfg.batch_size * 4);
+        let pool_every = pool_refresh_steps(
+            pool_size,
+            cfg.batch_size.div_ceil(comm.size()),
+            cfg.negatives as usize,
+        );
+        let mut neg = NegativePool::new(g, comm.rank(), pool_size, 0.75);
         neg.set_total(comm.all_reduce_f64(&[neg.mass()], ReduceOp::Sum)[0]);
         Ok(Trainer {
             comm,
@@ -562,6 +585,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             pending: Default::default(),
             next_pool: None,
             pool_sending: None,
+            pool_every,
             ckpt: None,
             stopped: None,
             resumed: None,
@@ -1248,8 +1272,8 @@ impl<'a, M: model::Model> Trainer<'a, M> {
     fn train(&mut self, work: Work, lr: f32) {
         let cfg = self.cfg;
         let (comm, g, dim) = (self.comm, self.g, cfg.dim);
-        if self.step.is_multiple_of(NEG_REFRESH) || self.next_pool.is_none() {
-            // Split phase: the pool drawn NEG_REFRESH steps ago is installed and the next one
+        if self.step.is_multiple_of(self.pool_every) || self.next_pool.is_none() {
+            // Split phase: the pool drawn `pool_every` steps ago is installed and the next one
             // posted, so ranks a few steps apart never wait here. Without one under way (the
             // first step, after a resume or a drain) the pool is drawn on the spot.
             let t = Timer::start();
@@ -1999,7 +2023,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
     /// (the pool in use stays until [`Trainer::install_pool`]). Every rank posts and installs
     /// in the same order.
     fn post_pool(&mut self) -> Posted {
-        let share = encode_u64(&self.neg.draw_share(&mut self.rng));
+        let share = encode_ids(&self.neg.draw_share(&mut self.rng), self.narrow_ids());
         self.comm.post(Channel::Pool, vec![share; self.comm.size()])
     }
 
@@ -2008,9 +2032,16 @@ impl<'a, M: model::Model> Trainer<'a, M> {
     /// long received them.
     fn install_pool(&mut self, mut posted: Posted) {
         let shares = self.comm.receive(&mut posted);
-        self.neg.install(shares.iter().map(|b| decode_u64(b)));
+        let narrow = self.narrow_ids();
+        self.neg
+            .install(shares.iter().map(|b| decode_ids(b, narrow)));
         self.finish_pool();
         self.pool_sending = Some(posted);
+    }
+
+    /// Whether node ids travel in 4 bytes (graphs of fewer than 2^32 nodes).
+    fn narrow_ids(&self) -> bool {
+        self.g.num_nodes() <= u64::from(u32::MAX)
     }
 
     /// Wait for this rank's shares of the installed pool to leave (before the job's end).
