@@ -262,14 +262,15 @@ fn walks_and_rows(c: &mut Criterion) {
                 node_walks: false,
             };
             let mut wrng = rng_for(5, 0, 3);
-            let mut e = WalkEngine::new(&comm, &g, params, 0.0, &mut wrng);
+            let sum_deg = comm.sum_u64(g.local_entries());
+            let mut e = WalkEngine::new(&g, params, 0.0, sum_deg, None, &mut wrng);
             let mut segs = Segments::default();
             group.bench_function(name, |b| {
                 b.iter(|| {
                     e.new_epoch();
                     loop {
                         segs.clear();
-                        e.superstep(&comm, &g, &mut wrng, &mut segs);
+                        e.superstep(&g, &mut wrng, &mut segs, |s| comm.all_to_all_v(s));
                         if e.pending() == 0 {
                             break;
                         }

@@ -20,6 +20,7 @@ cases=(
   "1|--model line --order 2 --epochs 2"
   "1|--model deepwalk --update batched --optimizer adagrad"
   "2|--model deepwalk --ranks-per-node 1 --cache-rows 0"
+  "2|--model node2vec --p 0.5 --q 2 --ranks-per-node 1 --cache-rows 0"
   "2|--model deepwalk --strategy replicated"
   "2|--model line --strategy replicated --sync dense --epochs 2"
 )

@@ -14,11 +14,17 @@
 //! node2vec uses KnightKing's rejection sampling: propose x from the current node's neighbours,
 //! accept with probability a(t, x) / max(1/p, 1, 1/q). Only when the outcome depends on whether x
 //! is a neighbour of the previous node t, and t lives on another rank, is a query sent to t's owner.
+//!
+//! The engine does no communication: a superstep returns the walkers that leave
+//! ([`WalkEngine::superstep_local`]) and, for node2vec, the queries for other ranks
+//! ([`WalkEngine::queries`]); the driver moves them, the owners answer ([`WalkEngine::answer`]),
+//! and the engine takes the answers ([`WalkEngine::resolve`]) and the walkers that arrived
+//! ([`WalkEngine::deliver`]). [`WalkEngine::superstep`] runs the whole round over an all-to-all
+//! the driver passes in.
 
 use rand::{Rng as _, RngExt};
 
 use super::Rng;
-use crate::comm::Comm;
 use crate::graph::csr::Nbrs;
 use crate::graph::node::NodeGraph;
 use crate::graph::{LocalGraph, NodeId};
@@ -284,21 +290,28 @@ pub struct WalkEngine {
     keep: Vec<f32>,
     keep_rule: Keep,
     rank: usize,
+    ranks: usize,
     /// Width of node ids in walker records on the wire.
     ids: Ids,
     /// With `node_walks`: the adjacency of this node's ranks.
     node: Option<NodeGraph>,
+    /// node2vec walkers waiting for an answer from another rank: (the previous node's owner,
+    /// the walker, the proposed node, its uniform draw).
+    asks: Vec<(usize, Walker, u64, f32)>,
     /// Test hook: every visit as (walker id, step, node).
     pub trace: Option<Vec<(u64, u32, u64)>>,
 }
 
 impl WalkEngine {
-    /// `subsample` is word2vec's `sample` (0 disables). Collective (global degree sum).
+    /// `subsample` is word2vec's `sample` (0 disables); `sum_deg` is the graph's degree sum
+    /// over every rank, and `node` the node-shared adjacency when `params.node_walks` (the
+    /// driver gathers both: [`NodeGraph::new`]).
     pub fn new(
-        comm: &Comm,
         g: &LocalGraph,
         params: WalkParams,
         subsample: f64,
+        sum_deg: u64,
+        node: Option<NodeGraph>,
         rng: &mut Rng,
     ) -> Self {
         let n = g.num_local();
@@ -308,16 +321,12 @@ impl WalkEngine {
         }
         let keep_rule = Keep {
             subsample,
-            sum_deg: comm.sum_u64(g.local_entries()).max(1) as f64,
+            sum_deg: sum_deg.max(1) as f64,
             nodes: g.num_nodes() as f64,
             length: f64::from(params.walk_length),
         };
         let keep = (0..n).map(|i| keep_rule.of(g.degree(i))).collect();
-        let node = if params.node_walks {
-            NodeGraph::new(comm, g)
-        } else {
-            None
-        };
+        let node = node.filter(|_| params.node_walks);
         WalkEngine {
             keep_rule,
             node,
@@ -330,7 +339,9 @@ impl WalkEngine {
             next_start: 0,
             keep,
             rank: g.rank,
+            ranks: g.part.ranks(),
             ids: Ids::for_nodes(g.num_nodes()),
+            asks: Vec::new(),
             trace: None,
         }
     }
@@ -402,19 +413,81 @@ impl WalkEngine {
         self.next_start = 0;
     }
 
-    /// One superstep (collective): visit, move, exchange. The walks' segments go to `out`.
+    /// One superstep: visit, move, answer node2vec's queries and deliver the walkers that
+    /// cross, over `all_to_all` (the driver's collective: per destination rank a buffer out,
+    /// per source rank a buffer in; every rank calls it in the same order). The walks'
+    /// segments go to `out_segs`.
     pub fn superstep(
         &mut self,
-        comm: &Comm,
         g: &LocalGraph,
         rng: &mut Rng,
         out_segs: &mut Segments,
+        mut all_to_all: impl FnMut(Vec<Vec<u8>>) -> Vec<Vec<u8>>,
     ) -> StepOut {
-        let (mut out, send) = self.superstep_local(comm, g, rng, out_segs);
-        let recv = comm.all_to_all_v(send);
+        let (mut out, mut send) = self.superstep_local(g, rng, out_segs);
+        if let Some(q) = self.queries() {
+            let asked = all_to_all(q);
+            let answers = all_to_all(Self::answer(g, &asked));
+            self.resolve(g, &answers, &mut send);
+        }
+        let recv = all_to_all(send);
         self.deliver(recv.iter().map(Vec::as_slice));
         out.active = self.walkers.len();
         out
+    }
+
+    /// node2vec's queries of the last `superstep_local`, per rank that owns a walker's
+    /// previous node (16 bytes each: that node and the proposal), or `None` for DeepWalk.
+    /// Every node2vec rank takes part in the query round, with or without queries of its own.
+    pub fn queries(&self) -> Option<Vec<Vec<u8>>> {
+        self.params.node2vec?;
+        let mut send = vec![Vec::new(); self.ranks];
+        for (owner, w, x, _) in &self.asks {
+            send[*owner].extend_from_slice(&w.prev.to_le_bytes());
+            send[*owner].extend_from_slice(&x.to_le_bytes());
+        }
+        Some(send)
+    }
+
+    /// The owner's side: per querying rank, one byte per query, 1 when the proposal is a
+    /// neighbour of the previous node.
+    pub fn answer(g: &LocalGraph, queries: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        queries
+            .iter()
+            .map(|b| {
+                b.chunks_exact(16)
+                    .map(|c| {
+                        let t = u64::from_le_bytes(c[..8].try_into().expect("8 bytes"));
+                        let x = u64::from_le_bytes(c[8..].try_into().expect("8 bytes"));
+                        u8::from(g.has_edge(g.part.local_index(t), x))
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Take the answers to [`WalkEngine::queries`] (per owner, in query order): a walker whose
+    /// proposal is accepted moves (into `send` when it crosses), the others try again next
+    /// superstep.
+    pub fn resolve(&mut self, g: &LocalGraph, answers: &[Vec<u8>], send: &mut [Vec<u8>]) {
+        let Some((_, q)) = self.params.node2vec else {
+            return;
+        };
+        let mut cursor = vec![0usize; answers.len()];
+        for (owner, w, x, u) in std::mem::take(&mut self.asks) {
+            let yes = answers[owner][cursor[owner]] != 0;
+            cursor[owner] += 1;
+            // The proposal's own uniform decides: it fell between 1 and 1/q, and the answer
+            // says which of the two a(t, x) is.
+            let a = if yes { 1.0 } else { 1.0 / q };
+            if u < a {
+                let o = advance(g, w, x, send, self.ids);
+                self.in_transit += 1;
+                self.crossed += u64::from(o != self.rank);
+            } else {
+                self.walkers.push(w);
+            }
+        }
     }
 
     /// Walkers that arrived from other ranks (the buffers of `superstep_local`'s exchange).
@@ -430,12 +503,13 @@ impl WalkEngine {
         self.in_transit = 0;
     }
 
-    /// [`WalkEngine::superstep`] without its final exchange: returns the encoded walkers to
-    /// ship, per destination rank, for the caller to send (with other data of the step) and
-    /// hand to the receivers' [`WalkEngine::deliver`]. Until then they count as pending.
+    /// [`WalkEngine::superstep`] without its exchanges: returns the encoded walkers to ship,
+    /// per destination rank, for the caller to send (with other data of the step) and hand to
+    /// the receivers' [`WalkEngine::deliver`]. Until then they count as pending. node2vec
+    /// walkers that wait for an answer are held for [`WalkEngine::queries`] and
+    /// [`WalkEngine::resolve`], which add the accepted ones to the same buffers.
     pub fn superstep_local(
         &mut self,
-        comm: &Comm,
         g: &LocalGraph,
         rng: &mut Rng,
         out_segs: &mut Segments,
@@ -456,8 +530,9 @@ impl WalkEngine {
             self.next_start += 1;
         }
         let mut out = StepOut::default();
-        let mut send = vec![Vec::new(); comm.size()];
-        let mut asks: Vec<(usize, Walker, u64, f32)> = Vec::new();
+        let mut send = vec![Vec::new(); self.ranks];
+        let mut asks = std::mem::take(&mut self.asks);
+        asks.clear();
         let mut queue = std::mem::take(&mut self.walkers).into_iter();
         let node = self.node.as_ref();
         let budget0 = self.params.local_steps.max(1);
@@ -549,22 +624,7 @@ impl WalkEngine {
                 }
             }
         }
-        if let Some((_, q)) = self.params.node2vec {
-            // Every rank takes part in the query round, with or without queries of its own.
-            let answers = resolve_queries(comm, g, &asks);
-            for ((_, w, x, u), yes) in asks.into_iter().zip(answers) {
-                // The proposal's own uniform decides: it fell between 1 and 1/q, and the
-                // answer says which of the two a(t, x) is.
-                let a = if yes { 1.0 } else { 1.0 / q };
-                if u < a {
-                    let o = advance(g, w, x, &mut send, self.ids);
-                    self.in_transit += 1;
-                    self.crossed += u64::from(o != self.rank);
-                } else {
-                    self.walkers.push(w);
-                }
-            }
-        }
+        self.asks = asks;
         (out, send)
     }
 }
@@ -735,37 +795,6 @@ fn pick_neighbor((nb, cum): Adjacency, rng: &mut Rng) -> u64 {
     }
 }
 
-/// Collective: ask the owners of the previous nodes whether `x` is their neighbour.
-fn resolve_queries(comm: &Comm, g: &LocalGraph, asks: &[(usize, Walker, u64, f32)]) -> Vec<bool> {
-    let mut send = vec![Vec::new(); comm.size()];
-    for (owner, w, x, _) in asks {
-        send[*owner].extend_from_slice(&w.prev.to_le_bytes());
-        send[*owner].extend_from_slice(&x.to_le_bytes());
-    }
-    let queries = comm.all_to_all_v(send);
-    let replies = queries
-        .iter()
-        .map(|b| {
-            b.chunks_exact(16)
-                .map(|c| {
-                    let t = u64::from_le_bytes(c[..8].try_into().expect("8 bytes"));
-                    let x = u64::from_le_bytes(c[8..].try_into().expect("8 bytes"));
-                    u8::from(g.has_edge(g.part.local_index(t), x))
-                })
-                .collect()
-        })
-        .collect();
-    let answers = comm.all_to_all_v(replies);
-    let mut cursor = vec![0usize; comm.size()];
-    asks.iter()
-        .map(|(owner, _, _, _)| {
-            let a = answers[*owner][cursor[*owner]] != 0;
-            cursor[*owner] += 1;
-            a
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -808,13 +837,15 @@ mod tests {
                 false,
             );
             let mut rng = rng_for(seed, c.rank(), 3);
-            let mut e = WalkEngine::new(&c, &g, params.clone(), 0.0, &mut rng);
+            let sum_deg = c.sum_u64(g.local_entries());
+            let node = params.node_walks.then(|| NodeGraph::new(&c, &g)).flatten();
+            let mut e = WalkEngine::new(&g, params.clone(), 0.0, sum_deg, node, &mut rng);
             e.trace = Some(Vec::new());
             let mut segs = Segments::default();
             let mut emitted = Vec::new();
             loop {
                 segs.clear();
-                e.superstep(&c, &g, &mut rng, &mut segs);
+                e.superstep(&g, &mut rng, &mut segs, |s| c.all_to_all_v(s));
                 for s in 0..segs.segs.len() {
                     let (t, h) = segs.segment(s);
                     assert!(h <= window && t.len() > h && t.len() - h <= CARRY);

@@ -1,0 +1,332 @@
+//! The row cache's exchange across nodes (`--update hogwild` with the cache): one split-phase
+//! all-to-all per step carries the deltas of cached rows to their owners, the requests for rows
+//! and their answers, the walkers that cross and the step's global counts; the owner adds the
+//! deltas (combined per row: `cache::Combine`) and installs the rows that arrive.
+
+use super::*;
+
+/// A pushed delta's head on the wire: the owner's row with the updates its copy took
+/// (`cache::UpdateCode`), before its `dim` values.
+pub(super) const DELTA_HEAD: usize = 4;
+
+impl<M: model::Model> Trainer<'_, M> {
+    /// Collective: send the admission's deltas to their owners and add the deltas received to
+    /// this rank's rows, and read the rows it asks for, in `--wire-dtype`. With `--fetch
+    /// alltoall` the requests ride in the exchange and are answered in the next one a rank
+    /// sends, which brings the rows of the batch waiting for them (installed, and the batch
+    /// launched); the exchange is split-phase: this step's is posted, and collected at the next
+    /// step after its sampling and planning, so that no rank waits for another to finish a step
+    /// (a rank may run one exchange ahead; rows then arrive two steps after they are asked for,
+    /// deltas are added one step later). With `--fetch rma` the exchange is one all-to-all per
+    /// step, the rows are read one-sidedly after a barrier and installed at once.
+    /// Returns, per owner, the slots of the rows asked for in this exchange (alltoall).
+    pub(super) fn exchange(&mut self, adm: &Admission) -> Vec<Vec<(u32, bool)>> {
+        let comm = self.comm;
+        let seq = self.seq;
+        self.seq += 1;
+        if self.cfg.fetch == Fetch::Rma {
+            let (send, asked) = self.encode_exchange(adm, 0);
+            let t = Timer::start();
+            let recv = comm.all_to_all_v(send);
+            self.m.seconds.push += t.secs();
+            self.absorb(recv, seq, adm);
+            return asked;
+        }
+        // The exchange a step ago: its walkers, deltas, requests and rows.
+        let arrived = self.collect_posted().unwrap_or_else(|| {
+            // The first step (or the first after a settle): no sums are known yet.
+            self.carried
+                .get_or_insert((vec![Vec::new(); comm.size()], [u64::MAX, 0]));
+            0
+        });
+        let (send, asked) = self.encode_exchange(adm, arrived);
+        self.posted = Some((comm.post(Channel::Rows, send), seq));
+        asked
+    }
+
+    /// Let the sends of the last collected exchange move on while this rank computes: over TCP
+    /// (without Open MPI's `btl_tcp_progress_thread`) a message moves only while both ranks are
+    /// inside MPI, and a test drives the progress engine.
+    pub(super) fn poke(&mut self) {
+        if let Some(p) = &mut self.sending {
+            if self.comm.progress(p) {
+                let done = self.sending.take().expect("checked");
+                self.comm.complete(done);
+            }
+        }
+    }
+
+    /// Collect and absorb the exchange under way, if any; returns the walkers it brought.
+    pub(super) fn collect_posted(&mut self) -> Option<u64> {
+        let (mut p, seq) = self.posted.take()?;
+        let t = Timer::start();
+        let recv = self.comm.receive(&mut p);
+        // This rank's sends of the exchange before: by now every peer has taken them. Waiting
+        // for this exchange's own sends at once would wait for the slowest peer's receive.
+        if let Some(prev) = self.sending.replace(p) {
+            self.comm.complete(prev);
+        }
+        self.m.seconds.push += t.secs();
+        Some(self.absorb(recv, seq, &Admission::default()))
+    }
+
+    /// The messages of an exchange: per peer [pending, tokens: u64 x 2][walker bytes: u32]
+    /// [walkers][deltas: u32][deltas x (head, dim x wire)][requests: u32][requests x head][rows
+    /// the peer asked for in the exchange this rank absorbed last, dim x wire each, in its
+    /// order]. `arrived` walkers (absorbed since the walkers' step) count as this rank's
+    /// pending ones. Returns them and, per owner, the slots of the rows asked for.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn encode_exchange(
+        &mut self,
+        adm: &Admission,
+        arrived: u64,
+    ) -> (Vec<Vec<u8>>, Vec<Vec<(u32, bool)>>) {
+        let (comm, cfg, part) = (self.comm, self.cfg, &self.g.part);
+        let (dim, wire, n) = (cfg.dim, cfg.wire_dtype, comm.size());
+        let wb = wire.row_bytes(dim);
+        let rma = cfg.fetch == Fetch::Rma;
+        let in_place = self.shared.clone().expect("hogwild rows");
+        let head = |key: u64| -> (usize, u32) {
+            let (owner, row) = part.locate(key >> 1);
+            (owner, (row as u32) | (((key & 1) as u32) << 31))
+        };
+        let t = Timer::start();
+        let (walkers, mut counts) = match self.carry.take() {
+            Some((w, c)) => (w, c),
+            None => (vec![Vec::new(); n], [0; 2]),
+        };
+        counts[0] += arrived;
+        let mut send: Vec<Vec<u8>> = walkers
+            .into_iter()
+            .map(|w| {
+                let mut b = Vec::with_capacity(28 + w.len());
+                b.extend_from_slice(&counts[0].to_le_bytes());
+                b.extend_from_slice(&counts[1].to_le_bytes());
+                b.extend_from_slice(&(w.len() as u32).to_le_bytes());
+                b.extend_from_slice(&w);
+                b
+            })
+            .collect();
+        let mut by_owner: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (i, &key) in adm.push_keys.iter().enumerate() {
+            by_owner[head(key).0].push(i);
+        }
+        let mut enc = vec![0u8; wb];
+        for (o, idx) in by_owner.iter().enumerate() {
+            send[o].extend_from_slice(&(idx.len() as u32).to_le_bytes());
+            for &i in idx {
+                // Dithered per delta: the step, the row and the owner seed the rounding.
+                let dither = self.cfg.seed ^ (self.step << 24) ^ adm.push_keys[i].rotate_left(40);
+                encode_wire(
+                    wire,
+                    &adm.push_vals[i * dim..(i + 1) * dim],
+                    &mut enc,
+                    Some(dither),
+                );
+                let h = (self.update_code).encode(head(adm.push_keys[i]).1, adm.push_refs[i]);
+                send[o].extend_from_slice(&h.to_le_bytes());
+                send[o].extend_from_slice(&enc);
+            }
+        }
+        self.m.push_bytes_sent += adm.push_keys.len() as u64 * (DELTA_HEAD + wb) as u64;
+        // Where each owner's rows go, in request order.
+        let mut asked: Vec<Vec<(u32, bool)>> = vec![Vec::new(); n];
+        let mut heads: Vec<Vec<u32>> = vec![Vec::new(); n];
+        for &(slot, key, new) in &adm.fetch {
+            let (o, h) = head(key);
+            heads[o].push(h);
+            asked[o].push((slot, new));
+        }
+        let mut row = vec![0f32; dim];
+        for (o, b) in send.iter_mut().enumerate() {
+            let h = if rma { &[][..] } else { &heads[o][..] };
+            b.extend_from_slice(&(h.len() as u32).to_le_bytes());
+            for x in h {
+                b.extend_from_slice(&x.to_le_bytes());
+            }
+            // The rows `o` asked for in the exchange absorbed last, as they are now.
+            for &h in &self.to_answer[o] {
+                let (m, at) = self.own_row(h);
+                // SAFETY: the shards outlive this call and nothing takes `&mut` access to
+                // their windows while cells are in use; pool tasks update rows with relaxed
+                // atomic accesses, as these are.
+                let cells = unsafe { in_place[m].cells.cells() };
+                cells::load(cells.slice(at, dim), &mut row);
+                encode_wire(wire, &row, &mut enc, None);
+                b.extend_from_slice(&enc);
+            }
+        }
+        self.m.seconds.push += t.secs();
+        (send, asked)
+    }
+
+    /// Matrix and value offset of one of this rank's rows, from its head in a message; a head
+    /// of a row it does not own ends the job.
+    pub(super) fn own_row(&self, h: u32) -> (usize, usize) {
+        let (m, row) = ((h >> 31) as usize, (h & 0x7fff_ffff) as usize);
+        if m >= self.shards.len() || row >= self.shards[m].rows {
+            fatal(
+                self.comm,
+                Some(self.step),
+                &"received a row this rank does not own",
+            );
+        }
+        let in_place = self.shared.as_ref().expect("hogwild rows");
+        let first =
+            in_place[m].first_row[self.comm.rank()].expect("a rank's own rows are in place");
+        (m, (first as usize + row) * self.cfg.dim)
+    }
+
+    /// Take in exchange `seq`: add the deltas for this rank's rows (as the pool adds: relaxed
+    /// atomics), keep the requests for the next exchange, hand its walkers and the global sums
+    /// to the driver (`carried`), install the rows for the batch that asked for them in
+    /// exchange `seq - 1` and launch it. With `--fetch rma` read `adm`'s rows one-sidedly.
+    /// Returns the number of walkers that arrived.
+    pub(super) fn absorb(&mut self, recv: Vec<Vec<u8>>, seq: u64, adm: &Admission) -> u64 {
+        let (comm, cfg, part) = (self.comm, self.cfg, &self.g.part);
+        let (dim, wire, n) = (cfg.dim, cfg.wire_dtype, comm.size());
+        let wb = wire.row_bytes(dim);
+        let rma = cfg.fetch == Fetch::Rma;
+        let in_place = self.shared.clone().expect("hogwild rows");
+        let bad = |what: &str| -> ! {
+            fatal(comm, Some(self.step), &format!("received {what}"));
+        };
+        let t = Timer::start();
+        let mut row = vec![0f32; dim];
+        let mut sums = [0u64; 2];
+        let mut arrived = Vec::with_capacity(n);
+        let mut walkers = 0;
+        let u32_at = |b: &[u8], i: usize| -> usize {
+            match b.get(i..i + 4) {
+                Some(x) => u32::from_le_bytes(x.try_into().expect("4 bytes")) as usize,
+                None => bad("a truncated exchange message"),
+            }
+        };
+        let waiting = match self.deferred.front() {
+            Some(d) if d.seq + 1 == seq => self.deferred.pop_front(),
+            _ => None,
+        };
+        let expected: Vec<usize> = (0..n)
+            .map(|o| waiting.as_ref().map_or(0, |d| d.asked[o].len()))
+            .collect();
+        let mut rows_in: Vec<&[u8]> = Vec::with_capacity(n);
+        let mut combine = std::mem::replace(&mut self.combine, Combine::new(0));
+        for (src, b) in recv.iter().enumerate() {
+            if b.len() < 24 {
+                bad("a truncated exchange message");
+            }
+            for (i, x) in sums.iter_mut().enumerate() {
+                *x += u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+            }
+            let wl = u32_at(b, 16);
+            let Some(w) = b.get(20..20 + wl) else {
+                bad("a truncated exchange message")
+            };
+            walkers += WalkEngine::count_encoded(w, self.g.num_nodes());
+            arrived.push(w.to_vec());
+            let mut at = 20 + wl;
+            let deltas = u32_at(b, at);
+            at += 4;
+            let rec = DELTA_HEAD + wb;
+            let Some(d) = b.get(at..at + deltas * rec) else {
+                bad("a truncated exchange message")
+            };
+            at += deltas * rec;
+            self.m.push_bytes_received += d.len() as u64;
+            for r in d.chunks_exact(rec) {
+                let (h, updates) = (self.update_code)
+                    .decode(u32::from_le_bytes(r[..4].try_into().expect("4 bytes")));
+                let at = self.own_row(h);
+                decode_wire(wire, &r[DELTA_HEAD..], &mut row);
+                combine.add(at, &row, updates);
+            }
+            let reqs = u32_at(b, at);
+            at += 4;
+            let Some(q) = b.get(at..at + 4 * reqs) else {
+                bad("a truncated exchange message")
+            };
+            at += 4 * reqs;
+            self.to_answer[src].clear();
+            self.to_answer[src].extend(
+                q.chunks_exact(4)
+                    .map(|h| u32::from_le_bytes(h.try_into().expect("4 bytes"))),
+            );
+            let r = &b[at..];
+            if r.len() != expected[src] * wb {
+                bad(&format!(
+                    "{} bytes of rows from rank {src} for {} rows asked",
+                    r.len(),
+                    expected[src]
+                ));
+            }
+            rows_in.push(r);
+        }
+        // Copies that synchronised in this exchange are combined (the rule in `cache`).
+        let norm2 = |(m, o): (usize, usize)| {
+            // SAFETY: as in `encode_exchange`.
+            let cells = unsafe { in_place[m].cells.cells() };
+            cells::load(cells.slice(o, dim), &mut row);
+            row.iter().map(|x| x * x).sum::<f32>()
+        };
+        self.m.cache_deltas_damped += combine.drain(self.lr_now, norm2, |(m, o), delta, _| {
+            // SAFETY: as in `encode_exchange`.
+            let cells = unsafe { in_place[m].cells.cells() };
+            cells::add_to(cells.slice(o, dim), delta);
+        });
+        self.combine = combine;
+        // Walkers of settle's exchanges join those not yet handed over.
+        match &mut self.carried {
+            Some((w, s)) => {
+                for (mine, new) in w.iter_mut().zip(arrived) {
+                    mine.extend_from_slice(&new);
+                }
+                *s = sums;
+            }
+            None => self.carried = Some((arrived, sums)),
+        }
+        self.m.seconds.apply += t.secs();
+
+        let t = Timer::start();
+        let cache = self.cache.as_mut().expect("exchange needs the cache");
+        if let Some(d) = &waiting {
+            for (o, b) in rows_in.iter().enumerate() {
+                self.m.fetch_bytes += b.len() as u64;
+                for (&(slot, new), r) in d.asked[o].iter().zip(b.chunks_exact(wb)) {
+                    decode_wire(wire, r, &mut row);
+                    cache.install(slot, &row, new);
+                }
+            }
+        }
+        let fetched = adm.fetch.len();
+        if rma {
+            // Every owner has added the deltas before any rank reads.
+            comm.barrier();
+            let mut by: Vec<Vec<Vec<(u32, u32)>>> = vec![vec![Vec::new(); n]; self.shards.len()];
+            let mut slot_new = Vec::with_capacity(fetched);
+            for &(slot, key, new) in &adm.fetch {
+                let (o, r) = part.locate(key >> 1);
+                by[(key & 1) as usize][o].push((slot_new.len() as u32, r as u32));
+                slot_new.push((slot, new));
+            }
+            let mut rows = vec![0f32; fetched * dim];
+            for (m, shard) in self.shards.iter().enumerate() {
+                let c = fetch_remote(comm, cfg, shard, &by[m], &mut rows);
+                self.m.fetch_bytes += (c * shard.row_bytes()) as u64;
+                self.m.one_sided_bytes += (c * shard.row_bytes()) as u64;
+            }
+            for (&(slot, new), r) in slot_new.iter().zip(rows.chunks_exact(dim)) {
+                cache.install(slot, r, new);
+            }
+        }
+        self.m.remote_rows += fetched as u64;
+        self.m.remote_rows += waiting
+            .as_ref()
+            .map_or(0, |d| d.asked.iter().map(Vec::len).sum::<usize>())
+            as u64;
+        self.m.seconds.fetch += t.secs();
+        if let Some(d) = waiting {
+            self.launch_cached(d.planned, d.lr, d.step);
+        }
+        walkers
+    }
+}

@@ -1,0 +1,362 @@
+//! A training job, collective: load the graph, allocate storage, train the model, write the
+//! output.
+
+use super::*;
+
+/// Collective: load the graph, allocate storage, train, write the output.
+pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
+    // What the process holds before it reads anything (libraries, MPI's buffers): the base of
+    // the printed memory estimate.
+    let process = crate::stats::peak_rss_bytes();
+    // A walk or edge model given triples, or a knowledge-graph model given a plain graph; the
+    // graph's node count otherwise.
+    let num_nodes = crate::graph::h5::EdgeFile::open(&cfg.graph).and_then(|f| {
+        if f.has_rel && !cfg.model.is_kg() {
+            Err(Error::bad_input(
+                &cfg.graph,
+                format!(
+                    "a knowledge graph (dataset 'rel': triples); --model {} trains plain graphs: use --model distmult, complex, transe or rotate, or convert a plain edge list",
+                    format!("{:?}", cfg.model).to_lowercase()
+                ),
+            ))
+        } else if cfg.model.is_kg() {
+            TripleFile::open(&cfg.graph).map(|_| f.num_nodes)
+        } else {
+            Ok(f.num_nodes)
+        }
+    });
+    let num_nodes = agree(comm, num_nodes)?;
+    // The storage (rows, optimizer state, the row cache, replicas) follows from the partition:
+    // checked against --max-memory before anything is loaded.
+    let local_nodes =
+        Partitioner::new(cfg.partition, num_nodes, comm.size()).num_local(comm.rank());
+    let rows = local_nodes as u64;
+    // The row cache of hogwild across nodes (its copies and their bases).
+    let cached = if cfg.update == Update::Hogwild
+        && cfg.strategy == Strategy::Sharded
+        && comm.node_size() < comm.size()
+    {
+        cfg.cache_rows_for(local_nodes)
+    } else {
+        0
+    };
+    let replica = cfg.replica_bytes(num_nodes);
+    let storage = cfg.memory_estimate(rows) + RowCache::bytes(cached, cfg.dim) + replica;
+    agree(
+        comm,
+        match cfg.max_memory {
+            Some(limit) if storage > limit && RowCache::bytes(cached, cfg.dim) > 0 => {
+                Err(Error::config(format!(
+                    "the storage estimate {} (of which the remote-row cache, --cache-rows {}: {}) exceeds --max-memory {}; lower --cache-rows (0 disables the cache), use more ranks, or a smaller --dim",
+                    human_bytes(storage),
+                    cached,
+                    human_bytes(RowCache::bytes(cached, cfg.dim)),
+                    human_bytes(limit)
+                )))
+            }
+            Some(limit) if storage > limit && replica > 0 => Err(Error::config(format!(
+                "the storage estimate {} (of which --strategy replicated's copy of every row: {}) exceeds --max-memory {}; the replicated strategy needs every row on every rank: use --strategy sharded, --sync sparse, or a smaller --dim",
+                human_bytes(storage),
+                human_bytes(replica),
+                human_bytes(limit)
+            ))),
+            Some(limit) if storage > limit => Err(Error::config(format!(
+                "the storage estimate {} exceeds --max-memory {}; use more ranks, --dtype f16, or a smaller --dim",
+                human_bytes(storage),
+                human_bytes(limit)
+            ))),
+            _ => Ok(()),
+        },
+    )?;
+    let t = Timer::start();
+    // Once the load has counted the degrees, the adjacency's size is known: with the storage it
+    // must fit --max-memory before the entries are read. Walks across a node's ranks read each
+    // other's adjacency: the load then writes it into node-shared windows (the trainer's own
+    // decision, `node_memory_fits`, is the same).
+    let walks = matches!(cfg.model, Model::Deepwalk | Model::Node2vec);
+    let counted = |csr: u64| -> Result<bool> {
+        let most = comm.all_reduce_u64(&[storage + csr, csr], ReduceOp::Max);
+        if let Some(limit) = cfg.max_memory.filter(|&l| most[0] > l) {
+            return Err(Error::config(format!(
+                "{}: the adjacency takes {} on the largest rank, which with the storage ({}) makes {} and exceeds --max-memory {}; use more ranks or nodes, or a smaller --dim or --dtype f16",
+                cfg.graph.display(),
+                human_bytes(most[1]),
+                human_bytes(storage),
+                human_bytes(most[0]),
+                human_bytes(limit)
+            )));
+        }
+        Ok(walks
+            && cfg.node_memory == NodeMemory::Shared
+            && node_memory_fits(comm, cfg, local_nodes, csr))
+    };
+    let g = csr::load(
+        comm,
+        &cfg.graph,
+        cfg.partition,
+        csr::LOAD_CHUNK_EDGES,
+        counted,
+    )?;
+    let load_secs = t.secs();
+    let samplers = crate::estimate::sampler_bytes(
+        cfg.model,
+        cfg.batch_size as u64,
+        g.num_local() as u64,
+        g.local_entries(),
+        g.cum_weights.is_some(),
+    );
+    let estimate = crate::estimate::rank_estimate(
+        process,
+        g.bytes(),
+        g.file_edges.div_ceil(comm.size() as u64),
+        storage,
+        samplers,
+        cfg.output.is_some(),
+    );
+    let [max_est, max_rows, max_csr, max_samplers, max_process] = comm
+        .all_reduce_u64(
+            &[estimate, rows, g.bytes(), samplers, process],
+            ReduceOp::Max,
+        )
+        .try_into()
+        .expect("five maxima");
+    // The storage and the adjacency were checked before they were allocated; the rest (the
+    // samplers, buffers and the process itself) is known now. Every rank sees the same maximum.
+    if let Some(limit) = cfg.max_memory.filter(|&l| max_est > l) {
+        return Err(Error::config(format!(
+            "the memory estimate {} per rank (besides the storage: adjacency {}, samplers and step buffers {}, the process before loading {}) exceeds --max-memory {}; use more ranks or nodes, or a smaller --dim or --dtype f16",
+            human_bytes(max_est),
+            human_bytes(max_csr),
+            human_bytes(max_samplers),
+            human_bytes(max_process),
+            human_bytes(limit)
+        )));
+    }
+    if comm.rank() == 0 {
+        eprintln!(
+            "graphscale: {} nodes, {} edges, {} ranks; memory per rank {} (storage: {} rows x {} dims x {} B x {} matrices + optimizer state; adjacency {}; samplers and step buffers {}; the process before loading {})",
+            g.num_nodes(),
+            g.file_edges,
+            comm.size(),
+            human_bytes(max_est),
+            max_rows,
+            cfg.dim,
+            cfg.dtype.size(),
+            cfg.matrices(),
+            human_bytes(max_csr),
+            human_bytes(max_samplers),
+            human_bytes(max_process),
+        );
+        if let Some(dir) = &cfg.mmap_rows {
+            eprintln!(
+                "graphscale: --mmap-rows: each rank's rows ({} per rank) live in unlinked files in {}, paged by the kernel, outside the estimate",
+                human_bytes(rows * (cfg.dim * cfg.dtype.size() * cfg.matrices()) as u64),
+                dir.display()
+            );
+        }
+        if replica > 0 {
+            eprintln!(
+                "graphscale: --strategy replicated --sync {}: every rank holds all {} rows ({} per rank{})",
+                format!("{:?}", cfg.sync).to_lowercase(),
+                g.num_nodes(),
+                human_bytes(replica),
+                if cfg.sync == crate::config::Sync::Dense {
+                    ", half of it the dense gradient matrices"
+                } else {
+                    ""
+                }
+            );
+        }
+        if cfg.update == Update::Hogwild && cfg.max_staleness > 0 {
+            log::warn!(
+                "--max-staleness applies to --update batched; hogwild always overlaps sampling with the in-place updates"
+            );
+        }
+    }
+    if cfg.model.is_kg() {
+        run_model::<Kge>(comm, cfg, &g, load_secs, estimate)
+    } else {
+        run_model::<Sgns>(comm, cfg, &g, load_secs, estimate)
+    }
+}
+
+/// Collective: train `M` on the loaded graph and write its output.
+pub(super) fn run_model<M: model::Model>(
+    comm: &Comm,
+    cfg: &TrainConfig,
+    g: &LocalGraph,
+    load_secs: f64,
+    estimate: u64,
+) -> Result<Outcome> {
+    // Triples of a knowledge graph: this rank's contiguous share of the file; with --valid,
+    // the validation triples and the filter (every training and validation triple) on every
+    // rank.
+    let triples = if cfg.model.is_kg() {
+        let read = TripleFile::open(&cfg.graph).and_then(|f| {
+            let (n, r) = (f.len(), comm.rank() as u64);
+            let p = comm.size() as u64;
+            let mine = f.read(n * r / p, n * (r + 1) / p)?;
+            let valid = match &cfg.valid {
+                Some(v) => {
+                    let (e, rels) = (f.num_entities(), f.num_relations);
+                    let valid = crate::graph::triples::read_all(std::slice::from_ref(v), e, rels)?;
+                    let mut known = f.read(0, n)?;
+                    known.extend_from_slice(&valid);
+                    Some((valid, known))
+                }
+                None => None,
+            };
+            Ok((mine, valid))
+        });
+        let (mine, valid) = agree(comm, read)?;
+        Some((kg::weigh(comm, &mine, cfg.triple_weights), valid))
+    } else {
+        None
+    };
+    let mut tr = Trainer::<M>::new(comm, cfg, g)?;
+    tr.prepare_checkpoints()?;
+    tr.m.seconds.load = load_secs;
+    // A knowledge graph's triples held in memory (this rank's share, the validation set and
+    // its filter).
+    let held = triples.as_ref().map_or(0, |(mine, valid)| {
+        mine.len() + valid.as_ref().map_or(0, |(v, k)| v.len() + k.len())
+    });
+    tr.m.memory_estimate_bytes =
+        estimate + (held * std::mem::size_of::<crate::graph::triples::Triple>()) as u64;
+    tr.m.strategy = match cfg.strategy {
+        Strategy::Sharded => "sharded".into(),
+        Strategy::Replicated => format!("replicated-{:?}", cfg.sync).to_lowercase(),
+    };
+    tr.m.ranks = comm.size();
+    tr.m.nodes = comm.all_reduce_f64(&[1.0 / comm.node_size().max(1) as f64], ReduceOp::Sum)[0]
+        .round() as u64;
+    tr.m.model = format!("{:?}", cfg.model).to_lowercase();
+    (tr.m.threads, tr.m.dim, tr.m.wire_bytes) = (cfg.threads, cfg.dim, cfg.wire_dtype.size());
+    tr.m.graph_rows = g.num_nodes() * cfg.matrices() as u64;
+    let t = Timer::start();
+    let cpu = crate::stats::cpu_seconds();
+    match (cfg.model, triples) {
+        (_, Some((t, valid))) => tr.train_triples(t, valid.as_ref()),
+        (Model::Deepwalk | Model::Node2vec, None) => tr.train_walks(),
+        (_, None) => tr.train_line(),
+    }
+    tr.m.train_seconds = t.secs();
+    if let (Some((version, step)), Some(dir)) = (tr.stopped, &cfg.checkpoint_dir) {
+        return Err(Error::Stopped(format!(
+            "stopped by a signal (SIGTERM or SIGUSR1) at step {step} after committing checkpoint version {version} in {}; no embeddings were written; continue with --resume-if-present {} (exit code 4)",
+            dir.display(),
+            dir.display()
+        )));
+    }
+    let sent = comm
+        .traffic()
+        .sent
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let end = [
+        tr.t0.elapsed().as_secs_f64(),
+        tr.m.pairs as f64,
+        (sent + tr.m.one_sided_bytes) as f64,
+    ];
+    tr.m.timeline.push(end);
+    (tr.m.cpu_seconds_main, tr.m.cpu_seconds_process) = crate::stats::cpu_seconds();
+    tr.m.cpu_seconds_main_train = tr.m.cpu_seconds_main - cpu.0;
+    tr.m.cpu_seconds_process_train = tr.m.cpu_seconds_process - cpu.1;
+    if let Some(out) = &cfg.output {
+        // Written to a partial file beside the target and renamed over it once complete: a
+        // failed or killed job leaves an earlier file there intact.
+        let t = Timer::start();
+        let tmp = crate::outfile::partial(out);
+        let written = crate::embeddings::write_embeddings(comm, &tmp, g, &tr.shards[VERTEX], cfg)
+            .and_then(|()| {
+                let extra = if comm.rank() == 0 {
+                    crate::embeddings::write_names(&tmp, &cfg.graph, cfg.model.is_kg())
+                        .and_then(|()| tr.model.write_output(&tmp))
+                        .and_then(|()| crate::outfile::commit(out))
+                } else {
+                    Ok(())
+                };
+                agree(comm, extra)
+            });
+        if let Err(e) = written {
+            if comm.rank() == 0 {
+                crate::outfile::discard(out);
+            }
+            return Err(crate::outfile::failed(out, e));
+        }
+        tr.m.seconds.output = t.secs();
+    }
+    tr.m.peak_rss_bytes = peak_rss_bytes();
+    let t = comm.traffic();
+    tr.m.comm_bytes_sent = t.sent.load(std::sync::atomic::Ordering::Relaxed);
+    tr.m.comm_bytes_received = t.received.load(std::sync::atomic::Ordering::Relaxed);
+    let mine = serde_json::to_vec(&tr.m).expect("metrics serialize");
+    let metrics: Vec<RankMetrics> = comm
+        .all_gather_bytes(&mine)
+        .iter()
+        .map(|b| serde_json::from_slice(b).expect("metrics parse"))
+        .collect();
+    if comm.rank() == 0 {
+        if let Some(path) = &cfg.metrics {
+            crate::outfile::write_with(path, |tmp| {
+                let mut f = std::fs::File::create(tmp).map_err(|e| Error::io(tmp, e))?;
+                for m in &metrics {
+                    let line = serde_json::to_string(m).expect("metrics serialize");
+                    writeln!(f, "{line}").map_err(|e| Error::io(tmp, e))?;
+                }
+                Ok(())
+            })?;
+        }
+    }
+    Ok(Outcome { metrics })
+}
+
+/// Collective: whether this node's shared segments fit where Open MPI puts them (`/dev/shm`,
+/// measured with Open MPI 4.1): every rank's rows (`local_nodes` of them per matrix), and for
+/// walks its adjacency (`csr_bytes`), times the ranks on the node. When one node lacks the room every rank falls back to private memory
+/// with a warning, instead of a bus error when a page of the segment cannot be backed.
+/// `GRAPHSCALE_SHM_BYTES` overrides the free space (test hook).
+pub(super) fn node_memory_fits(
+    comm: &Comm,
+    cfg: &TrainConfig,
+    local_nodes: usize,
+    csr_bytes: u64,
+) -> bool {
+    let rows = (local_nodes * cfg.dim * cfg.dtype.size() * cfg.matrices()) as u64;
+    let walks = matches!(cfg.model, Model::Deepwalk | Model::Node2vec);
+    let csr = if walks { csr_bytes } else { 0 };
+    let most = comm.max_u64(rows + csr);
+    // A rank alone on its node shares nothing, but takes part in the agreement all the same.
+    let need = most.saturating_mul(comm.node_size() as u64);
+    let free = if comm.node_size() < 2 {
+        None
+    } else {
+        std::env::var("GRAPHSCALE_SHM_BYTES")
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .or_else(|| free_bytes("/dev/shm"))
+    };
+    let fits = !matches!(free, Some(f) if need > f);
+    let all = comm.all_reduce_u64(&[u64::from(fits)], ReduceOp::Min)[0] == 1;
+    if !fits && comm.rank() == 0 {
+        log::warn!(
+            "rank {}: node-shared memory needs {:.1} MiB in /dev/shm on this node, {:.1} MiB are \
+             free: using --node-memory private (make /dev/shm larger to share rows and walks)",
+            comm.rank(),
+            need as f64 / 1048576.0,
+            free.unwrap_or(0) as f64 / 1048576.0
+        );
+    } else if !all && comm.rank() == 0 {
+        log::warn!("another node lacks room in /dev/shm: using --node-memory private everywhere");
+    }
+    all
+}
+
+/// Bytes available to an unprivileged writer on the file system holding `path`.
+pub(super) fn free_bytes(path: &str) -> Option<u64> {
+    let c = std::ffi::CString::new(path).ok()?;
+    // SAFETY: an all-zero `statvfs` is a valid value of this plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` a valid out-pointer for the call.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
+}
