@@ -3,11 +3,8 @@
 //! and their answers, the walkers that cross and the step's global counts; the owner adds the
 //! deltas (combined per row: `cache::Combine`) and installs the rows that arrive.
 
+use super::wire::{Message, Writer, DELTA_HEAD};
 use super::*;
-
-/// A pushed delta's head on the wire: the owner's row with the updates its copy took
-/// (`cache::UpdateCode`), before its `dim` values.
-pub(super) const DELTA_HEAD: usize = 4;
 
 impl<M: model::Model> Trainer<'_, M> {
     /// Collective: send the admission's deltas to their owners and add the deltas received to
@@ -70,10 +67,9 @@ impl<M: model::Model> Trainer<'_, M> {
         Some(self.absorb(recv, seq, &Admission::default()))
     }
 
-    /// The messages of an exchange: per peer [pending, tokens: u64 x 2][walker bytes: u32]
-    /// [walkers][deltas: u32][deltas x (head, dim x wire)][requests: u32][requests x head][rows
-    /// the peer asked for in the exchange this rank absorbed last, dim x wire each, in its
-    /// order]. `arrived` walkers (absorbed since the walkers' step) count as this rank's
+    /// The messages of an exchange (`wire`'s layout): per peer the step's counts, the walkers
+    /// that cross, the deltas for its rows, the rows asked of it, and the rows it asked for in
+    /// the exchange this rank absorbed last, in its order. `arrived` walkers (absorbed since the walkers' step) count as this rank's
     /// pending ones. Returns them and, per owner, the slots of the rows asked for.
     #[allow(clippy::type_complexity)]
     pub(super) fn encode_exchange(
@@ -96,24 +92,17 @@ impl<M: model::Model> Trainer<'_, M> {
             None => (vec![Vec::new(); n], [0; 2]),
         };
         counts[0] += arrived;
-        let mut send: Vec<Vec<u8>> = walkers
-            .into_iter()
-            .map(|w| {
-                let mut b = Vec::with_capacity(28 + w.len());
-                b.extend_from_slice(&counts[0].to_le_bytes());
-                b.extend_from_slice(&counts[1].to_le_bytes());
-                b.extend_from_slice(&(w.len() as u32).to_le_bytes());
-                b.extend_from_slice(&w);
-                b
-            })
-            .collect();
         let mut by_owner: Vec<Vec<usize>> = vec![Vec::new(); n];
         for (i, &key) in adm.push_keys.iter().enumerate() {
             by_owner[head(key).0].push(i);
         }
+        let mut send: Vec<Writer> = walkers
+            .iter()
+            .zip(&by_owner)
+            .map(|(w, idx)| Writer::new(counts, w, idx.len(), wb))
+            .collect();
         let mut enc = vec![0u8; wb];
         for (o, idx) in by_owner.iter().enumerate() {
-            send[o].extend_from_slice(&(idx.len() as u32).to_le_bytes());
             for &i in idx {
                 // Dithered per delta: the step, the row and the owner seed the rounding.
                 let dither = self.cfg.seed ^ (self.step << 24) ^ adm.push_keys[i].rotate_left(40);
@@ -124,8 +113,7 @@ impl<M: model::Model> Trainer<'_, M> {
                     Some(dither),
                 );
                 let h = (self.update_code).encode(head(adm.push_keys[i]).1, adm.push_refs[i]);
-                send[o].extend_from_slice(&h.to_le_bytes());
-                send[o].extend_from_slice(&enc);
+                send[o].delta(h, &enc);
             }
         }
         self.m.push_bytes_sent += adm.push_keys.len() as u64 * (DELTA_HEAD + wb) as u64;
@@ -138,12 +126,8 @@ impl<M: model::Model> Trainer<'_, M> {
             asked[o].push((slot, new));
         }
         let mut row = vec![0f32; dim];
-        for (o, b) in send.iter_mut().enumerate() {
-            let h = if rma { &[][..] } else { &heads[o][..] };
-            b.extend_from_slice(&(h.len() as u32).to_le_bytes());
-            for x in h {
-                b.extend_from_slice(&x.to_le_bytes());
-            }
+        for (o, w) in send.iter_mut().enumerate() {
+            w.requests(if rma { &[][..] } else { &heads[o][..] });
             // The rows `o` asked for in the exchange absorbed last, as they are now.
             for &h in &self.to_answer[o] {
                 let (m, at) = self.own_row(h);
@@ -153,9 +137,10 @@ impl<M: model::Model> Trainer<'_, M> {
                 let cells = unsafe { in_place[m].cells.cells() };
                 cells::load(cells.slice(at, dim), &mut row);
                 encode_wire(wire, &row, &mut enc, None);
-                b.extend_from_slice(&enc);
+                w.row(&enc);
             }
         }
+        let send = send.into_iter().map(Writer::finish).collect();
         self.m.seconds.push += t.secs();
         (send, asked)
     }
@@ -196,12 +181,6 @@ impl<M: model::Model> Trainer<'_, M> {
         let mut sums = [0u64; 2];
         let mut arrived = Vec::with_capacity(n);
         let mut walkers = 0;
-        let u32_at = |b: &[u8], i: usize| -> usize {
-            match b.get(i..i + 4) {
-                Some(x) => u32::from_le_bytes(x.try_into().expect("4 bytes")) as usize,
-                None => bad("a truncated exchange message"),
-            }
-        };
         let waiting = match self.deferred.front() {
             Some(d) if d.seq + 1 == seq => self.deferred.pop_front(),
             _ => None,
@@ -209,57 +188,35 @@ impl<M: model::Model> Trainer<'_, M> {
         let expected: Vec<usize> = (0..n)
             .map(|o| waiting.as_ref().map_or(0, |d| d.asked[o].len()))
             .collect();
-        let mut rows_in: Vec<&[u8]> = Vec::with_capacity(n);
+        let mut rows_in: Vec<Message> = Vec::with_capacity(n);
         let mut combine = std::mem::replace(&mut self.combine, Combine::new(0));
         for (src, b) in recv.iter().enumerate() {
-            if b.len() < 24 {
-                bad("a truncated exchange message");
-            }
-            for (i, x) in sums.iter_mut().enumerate() {
-                *x += u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));
-            }
-            let wl = u32_at(b, 16);
-            let Some(w) = b.get(20..20 + wl) else {
-                bad("a truncated exchange message")
+            let msg = match Message::parse(b, wb) {
+                Ok(m) => m,
+                Err(e) => bad(&format!("a bad exchange message from rank {src}: {e}")),
             };
-            walkers += WalkEngine::count_encoded(w, self.g.num_nodes());
-            arrived.push(w.to_vec());
-            let mut at = 20 + wl;
-            let deltas = u32_at(b, at);
-            at += 4;
-            let rec = DELTA_HEAD + wb;
-            let Some(d) = b.get(at..at + deltas * rec) else {
-                bad("a truncated exchange message")
-            };
-            at += deltas * rec;
-            self.m.push_bytes_received += d.len() as u64;
-            for r in d.chunks_exact(rec) {
-                let (h, updates) = (self.update_code)
-                    .decode(u32::from_le_bytes(r[..4].try_into().expect("4 bytes")));
+            for (x, c) in sums.iter_mut().zip(msg.counts) {
+                *x += c;
+            }
+            walkers += WalkEngine::count_encoded(msg.walkers, self.g.num_nodes());
+            arrived.push(msg.walkers.to_vec());
+            self.m.push_bytes_received += msg.deltas.len() as u64;
+            for (h, r) in msg.deltas() {
+                let (h, updates) = (self.update_code).decode(h);
                 let at = self.own_row(h);
-                decode_wire(wire, &r[DELTA_HEAD..], &mut row);
+                decode_wire(wire, r, &mut row);
                 combine.add(at, &row, updates);
             }
-            let reqs = u32_at(b, at);
-            at += 4;
-            let Some(q) = b.get(at..at + 4 * reqs) else {
-                bad("a truncated exchange message")
-            };
-            at += 4 * reqs;
             self.to_answer[src].clear();
-            self.to_answer[src].extend(
-                q.chunks_exact(4)
-                    .map(|h| u32::from_le_bytes(h.try_into().expect("4 bytes"))),
-            );
-            let r = &b[at..];
-            if r.len() != expected[src] * wb {
+            self.to_answer[src].extend(msg.requests());
+            if msg.row_count() != expected[src] {
                 bad(&format!(
                     "{} bytes of rows from rank {src} for {} rows asked",
-                    r.len(),
+                    msg.rows.len(),
                     expected[src]
                 ));
             }
-            rows_in.push(r);
+            rows_in.push(msg);
         }
         // Copies that synchronised in this exchange are combined (the rule in `cache`).
         let norm2 = |(m, o): (usize, usize)| {
@@ -289,9 +246,9 @@ impl<M: model::Model> Trainer<'_, M> {
         let t = Timer::start();
         let cache = self.cache.as_mut().expect("exchange needs the cache");
         if let Some(d) = &waiting {
-            for (o, b) in rows_in.iter().enumerate() {
-                self.m.fetch_bytes += b.len() as u64;
-                for (&(slot, new), r) in d.asked[o].iter().zip(b.chunks_exact(wb)) {
+            for (o, msg) in rows_in.iter().enumerate() {
+                self.m.fetch_bytes += msg.rows.len() as u64;
+                for (&(slot, new), r) in d.asked[o].iter().zip(msg.rows()) {
                     decode_wire(wire, r, &mut row);
                     cache.install(slot, &row, new);
                 }

@@ -18,6 +18,7 @@ mod replicated;
 mod step;
 mod triples;
 mod walks;
+mod wire;
 
 use hogwild::cache_capacity;
 use job::node_memory_fits;
