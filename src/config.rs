@@ -943,8 +943,42 @@ pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
     Ok((v * mul as f64) as u64)
 }
 
+/// Flags that mean nothing to the model are refused, not ignored: a user who sets
+/// `--walk-length` for LINE believes it did something.
+fn refuse_other_models_flags(r: &RawTrain, model: Model) -> Result<()> {
+    let walks = matches!(model, Model::Deepwalk | Model::Node2vec);
+    let line = model == Model::Line;
+    let unused: Vec<&str> = [
+        (r.walks_per_node.is_some(), "--walks-per-node", walks),
+        (r.walk_length.is_some(), "--walk-length", walks),
+        (r.window.is_some(), "--window", walks),
+        (r.kernel.is_some(), "--kernel", walks),
+        (r.order.is_some(), "--order", line),
+        (r.line_samples.is_some(), "--line-samples", line),
+    ]
+    .into_iter()
+    .filter(|&(given, _, applies)| given && !applies)
+    .map(|(_, flag, _)| flag)
+    .collect();
+    if !unused.is_empty() {
+        return Err(Error::config(format!(
+                "{} {} not apply to --model {} ({}); drop {}",
+                unused.join(", "),
+                if unused.len() == 1 { "does" } else { "do" },
+                format!("{model:?}").to_lowercase(),
+                "--walks-per-node, --walk-length, --window and --kernel are the walk models' (deepwalk, node2vec), --order and --line-samples LINE's",
+                if unused.len() == 1 { "it" } else { "them" }
+            )));
+    }
+    Ok(())
+}
+
 impl TrainConfig {
+    /// The configuration of the flags and file values `r`: defaults filled in per model,
+    /// values checked, flags that do not apply to the model or strategy refused, and the
+    /// update path settled.
     pub fn from_raw(r: RawTrain) -> Result<TrainConfig> {
+        let given = r.clone();
         let bad = |m: String| Err(Error::config(m));
         let Some(graph) = r.graph else {
             return bad("--graph is required (an HDF5 edge file; see `graphscale convert`)".into());
@@ -959,7 +993,6 @@ impl TrainConfig {
         } else {
             Optimizer::Sgd
         });
-        let r_wire = r.wire_dtype;
         let default_lr = match optimizer {
             Optimizer::Sgd | Optimizer::Momentum => 0.025,
             Optimizer::Adagrad => 0.1,
@@ -1075,32 +1108,18 @@ impl TrainConfig {
                 .map_err(Error::config)?,
         };
         c.check()?;
-        // Flags that mean nothing to the model are refused, not ignored: a user who sets
-        // `--walk-length` for LINE believes it did something.
-        let walks = matches!(model, Model::Deepwalk | Model::Node2vec);
-        let line = model == Model::Line;
-        let unused: Vec<&str> = [
-            (r.walks_per_node.is_some(), "--walks-per-node", walks),
-            (r.walk_length.is_some(), "--walk-length", walks),
-            (r.window.is_some(), "--window", walks),
-            (r.kernel.is_some(), "--kernel", walks),
-            (r.order.is_some(), "--order", line),
-            (r.line_samples.is_some(), "--line-samples", line),
-        ]
-        .into_iter()
-        .filter(|&(given, _, applies)| given && !applies)
-        .map(|(_, flag, _)| flag)
-        .collect();
-        if !unused.is_empty() {
-            return bad(format!(
-                "{} {} not apply to --model {} ({}); drop {}",
-                unused.join(", "),
-                if unused.len() == 1 { "does" } else { "do" },
-                format!("{model:?}").to_lowercase(),
-                "--walks-per-node, --walk-length, --window and --kernel are the walk models' (deepwalk, node2vec), --order and --line-samples LINE's",
-                if unused.len() == 1 { "it" } else { "them" }
-            ));
-        }
+        refuse_other_models_flags(&given, model)?;
+        c.settle_kg(&given)?;
+        c.settle_replicated(&given)?;
+        c.settle_update(given.wire_dtype.is_some())?;
+        Ok(c)
+    }
+
+    /// The knowledge-graph models' checks and settings (they update through the owner's
+    /// optimizer), or the refusal of their flags for any other model.
+    fn settle_kg(&mut self, r: &RawTrain) -> Result<()> {
+        let (model, kg) = (self.model, self.model.is_kg());
+        let c = self;
         let kg_flags = [
             (r.loss.is_some(), "--loss"),
             (r.regularization.is_some(), "--regularization"),
@@ -1168,6 +1187,14 @@ impl TrainConfig {
                 format!("{model:?}").to_lowercase()
             )));
         }
+        Ok(())
+    }
+
+    /// `--strategy replicated`: the default kernel's settings, and the refusal of the sharded
+    /// strategy's flags (and of `--sync` for any other strategy).
+    fn settle_replicated(&mut self, r: &RawTrain) -> Result<()> {
+        let c = self;
+        let r_wire = r.wire_dtype;
         if c.strategy == Strategy::Replicated {
             let mut errs = Vec::new();
             let mut b = c.hogwild_blockers();
@@ -1207,6 +1234,13 @@ impl TrainConfig {
                 "--sync applies to --strategy replicated (the data-parallel baseline)".to_string(),
             ));
         }
+        Ok(())
+    }
+
+    /// `--update auto` resolved, and the wire precision that goes with the update path
+    /// (`wire_given`: `--wire-dtype` was given).
+    fn settle_update(&mut self, wire_given: bool) -> Result<()> {
+        let c = self;
         if c.update == Update::Auto {
             c.update = if c.hogwild_blockers().is_empty() {
                 Update::Hogwild
@@ -1214,7 +1248,7 @@ impl TrainConfig {
                 Update::Batched
             };
         }
-        if c.update == Update::Batched && r_wire.is_none() {
+        if c.update == Update::Batched && !wire_given {
             // The default reduced wire precision is hogwild's; batched gradients travel in f32.
             c.wire_dtype = WireDtype::F32;
         }
@@ -1235,7 +1269,7 @@ impl TrainConfig {
                 )
             )));
         }
-        Ok(c)
+        Ok(())
     }
 
     /// The options that rule out `--update hogwild`: in-place updates need plain sgd on f32
