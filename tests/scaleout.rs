@@ -3,6 +3,8 @@
 //! (`--ranks-per-node 1`) and as 4 nodes of 2 ranks, must reach the same Micro-F1 and loss.
 //! Before copies of a row were combined by its owner (`train::cache`), 8 nodes gave 28.9 and
 //! 4 x 2 gave 22.6 against 38.2 (issue 32), and their loss per term was 2.8x and 4x the 1-rank run's.
+//! The walk models' default step then shrank with the hub's share and the nodes (8 nodes:
+//! 7,168 pairs per step).
 mod common;
 use common::*;
 use std::path::PathBuf;
@@ -70,6 +72,10 @@ fn eight_ranks_as_nodes_keep_the_one_rank_quality_on_a_graph_with_hubs() {
         a.extend(["--ranks-per-node".to_string(), rpn.to_string()]);
         let o = mpirun(8, 600, &a.iter().map(String::as_str).collect::<Vec<_>>());
         assert_eq!(o.code, 0, "{name}: {}", o.all());
+        // The step follows the hub: 8 nodes train its copies, 4 nodes of 2 ranks keep the
+        // default (config::default_walk_batch).
+        let settled = o.all().contains("--batch-size 7168 pairs per step");
+        assert_eq!(settled, rpn == "1", "{name}: {}", o.all());
         let ms = metrics(&p(t.path(), &format!("{name}.jsonl")));
         assert_eq!(ms.len(), 8);
         // The remote path ran: rows moved, and copies that synchronised together and saturated were damped.
@@ -79,9 +85,11 @@ fn eight_ranks_as_nodes_keep_the_one_rank_quality_on_a_graph_with_hubs() {
         );
         let f1 = micro_f1(&p(t.path(), &format!("{name}.h5")), &labels);
         let loss = loss_per_term(&ms);
-        // Measured: 1 rank 0.452, 8 nodes 0.527 (d 128); summed copies gave 1.28 and 1.80.
+        eprintln!("{name}: Micro-F1 {f1:.4} (1 rank {f1_one:.4}), loss per term {loss:.3} ({loss_one:.3})");
+        // Measured (d 64): 1 rank 0.453, 8 nodes 0.500, 4 x 2 0.487; summed copies gave 1.28
+        // and 1.80 (d 128).
         assert!(
-            loss < 1.3 * loss_one,
+            loss < 1.2 * loss_one,
             "{name}: loss per term {loss:.3} against {loss_one:.3} at 1 rank"
         );
         // Single runs spread by about 0.5 point; summed copies lost 6 to 15.

@@ -98,6 +98,14 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         counted,
     )?;
     let load_secs = t.secs();
+    let settled;
+    let cfg = match settle_walk_batch(comm, cfg, &g) {
+        Some(c) => {
+            settled = c;
+            &settled
+        }
+        None => cfg,
+    };
     let samplers = crate::estimate::sampler_bytes(
         cfg.model,
         cfg.batch_size as u64,
@@ -228,8 +236,7 @@ pub(super) fn run_model<M: model::Model>(
         Strategy::Replicated => format!("replicated-{:?}", cfg.sync).to_lowercase(),
     };
     tr.m.ranks = comm.size();
-    tr.m.nodes = comm.all_reduce_f64(&[1.0 / comm.node_size().max(1) as f64], ReduceOp::Sum)[0]
-        .round() as u64;
+    tr.m.nodes = job_nodes(comm);
     tr.m.model = format!("{:?}", cfg.model).to_lowercase();
     (tr.m.threads, tr.m.dim, tr.m.wire_bytes) = (cfg.threads, cfg.dim, cfg.wire_dtype.size());
     tr.m.graph_rows = g.num_nodes() * cfg.matrices() as u64;
@@ -359,4 +366,37 @@ pub(super) fn free_bytes(path: &str) -> Option<u64> {
     // SAFETY: `c` is a NUL-terminated path and `st` a valid out-pointer for the call.
     let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
     (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// `--batch-size` left to its default, a walk model whose ranks train copies of remote rows
+/// across nodes: the step of [`cache::default_walk_batch`] for this graph's hubs
+/// (collective, the same on every rank). `None`: the configuration stands.
+fn settle_walk_batch(comm: &Comm, cfg: &TrainConfig, g: &LocalGraph) -> Option<TrainConfig> {
+    let copies = cfg.batch_size_is_default
+        && matches!(cfg.model, Model::Deepwalk | Model::Node2vec)
+        && cfg.update == Update::Hogwild
+        && cfg.strategy == Strategy::Sharded
+        && comm.node_size() < comm.size();
+    if !copies {
+        return None;
+    }
+    let nodes = job_nodes(comm);
+    let hub = (0..g.num_local())
+        .map(|i| g.degree(i) as u64)
+        .max()
+        .unwrap_or(0);
+    let hub = comm.all_reduce_u64(&[hub], ReduceOp::Max)[0];
+    let share = hub as f64 / comm.sum_u64(g.local_entries()).max(1) as f64;
+    let batch = cache::default_walk_batch(comm.size(), nodes, share);
+    if comm.rank() == 0 && batch != cfg.batch_size {
+        eprintln!(
+            "graphscale: --batch-size {batch} pairs per step (default at {nodes} nodes: the hottest node takes {:.3}% of the walks, and the copies of its row on the other nodes must not take more than {} updates per step unseen by each other; docs/tuning.md)",
+            100.0 * share,
+            cache::HUB_UPDATES_PER_STEP
+        );
+    }
+    Some(TrainConfig {
+        batch_size: batch,
+        ..cfg.clone()
+    })
 }

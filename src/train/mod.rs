@@ -344,9 +344,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                     t.shared = if t.node_rows { node } else { own };
                 }
                 // The job's nodes: the sum over ranks of 1 / (ranks on its node).
-                let nodes = comm
-                    .all_reduce_f64(&[1.0 / comm.node_size().max(1) as f64], ReduceOp::Sum)[0]
-                    .round() as u64;
+                let nodes = job_nodes(comm);
                 // Every rank keeps its own copies: the clock is shared by all of them. The same
                 // answer on every rank (sizes and flags only), so all refuse together.
                 let copies = comm.size() as u64;
@@ -423,6 +421,11 @@ impl<M: model::Model> Drop for Trainer<'_, M> {
 }
 
 /// Seconds as `42s`, `3m05s` or `2h07m`.
+/// The job's nodes (collective): the sum over ranks of 1 / (ranks on its node).
+fn job_nodes(comm: &Comm) -> u64 {
+    comm.all_reduce_f64(&[1.0 / comm.node_size().max(1) as f64], ReduceOp::Sum)[0].round() as u64
+}
+
 fn clock(secs: f64) -> String {
     let s = secs.max(0.0).round() as u64;
     match s {
