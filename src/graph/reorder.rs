@@ -207,83 +207,10 @@ fn order_nodes(
     rounds: usize,
     seed: u64,
 ) -> (Vec<u32>, usize) {
-    // Undirected adjacency without self-loops.
-    let mut deg = vec![0u32; n + 1];
-    for e in edges.iter().filter(|e| e.src != e.dst) {
-        deg[e.src as usize] += 1;
-        deg[e.dst as usize] += 1;
-    }
-    let mut off = vec![0usize; n + 1];
-    for v in 0..n {
-        off[v + 1] = off[v] + deg[v] as usize;
-    }
-    let mut fill = off.clone();
-    let mut adj = vec![0u32; off[n]];
-    for e in edges.iter().filter(|e| e.src != e.dst) {
-        let (a, b) = (e.src as usize, e.dst as usize);
-        adj[fill[a]] = b as u32;
-        fill[a] += 1;
-        adj[fill[b]] = a as u32;
-        fill[b] += 1;
-    }
+    let (deg, off, adj) = undirected(n, edges);
     let nb = |v: usize| &adj[off[v]..off[v + 1]];
 
-    // Size-constrained label propagation.
-    let cap = (n / (4 * parts.max(1))).max(1) as u32;
-    let mut label: Vec<u32> = (0..n as u32).collect();
-    let mut size = vec![1u32; n];
-    // Clusters also hold at most a quarter of a part's volume, so that hubs spread.
-    let vcap = (off[n] as u64 / (4 * parts.max(1)) as u64).max(1);
-    let mut cvol: Vec<u64> = (0..n).map(|v| deg[v] as u64).collect();
-    let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed);
-    let mut visit: Vec<u32> = (0..n as u32).collect();
-    let mut count = vec![0u32; n];
-    let mut seen: Vec<u32> = Vec::new();
-    for _ in 0..rounds {
-        for i in (1..n).rev() {
-            let j = rng.random_range(0..=i);
-            visit.swap(i, j);
-        }
-        let mut moved = 0usize;
-        for &v in &visit {
-            let v = v as usize;
-            seen.clear();
-            for &u in nb(v) {
-                let l = label[u as usize];
-                if count[l as usize] == 0 {
-                    seen.push(l);
-                }
-                count[l as usize] += 1;
-            }
-            let mine = label[v];
-            let mut best = (count[mine as usize], mine);
-            for &l in &seen {
-                let c = count[l as usize];
-                if l != mine
-                    && size[l as usize] < cap
-                    && cvol[l as usize] + deg[v] as u64 <= vcap
-                    && c > best.0
-                {
-                    best = (c, l);
-                }
-            }
-            for &l in &seen {
-                count[l as usize] = 0;
-            }
-            if best.1 != mine {
-                size[mine as usize] -= 1;
-                size[best.1 as usize] += 1;
-                cvol[mine as usize] -= deg[v] as u64;
-                cvol[best.1 as usize] += deg[v] as u64;
-                label[v] = best.1;
-                moved += 1;
-            }
-        }
-        if moved == 0 {
-            break;
-        }
-    }
-
+    let label = propagate_labels(&deg, &off, &adj, parts, rounds, seed);
     // The clusters' members.
     let mut id_of = vec![u32::MAX; n];
     let mut members: Vec<Vec<u32>> = Vec::new();
@@ -311,31 +238,7 @@ fn order_nodes(
     let room: Vec<usize> = (0..parts).map(|p| block.num_local(p)).collect();
     let total: u64 = (0..n as u32).map(deg).sum();
     let target = (total as f64 / parts as f64).max(1.0);
-    let mut by_size: Vec<usize> = (0..k).collect();
-    by_size.sort_by_key(|&c| std::cmp::Reverse(members[c].len()));
-    let mut queued = vec![false; k];
-    let mut bfs: Vec<usize> = Vec::with_capacity(k);
-    for &start in &by_size {
-        if queued[start] {
-            continue;
-        }
-        queued[start] = true;
-        let mut head = bfs.len();
-        bfs.push(start);
-        while head < bfs.len() {
-            let c = bfs[head];
-            head += 1;
-            for &v in &members[c] {
-                for &u in nb(v as usize) {
-                    let d = cluster_of(u);
-                    if !queued[d] {
-                        queued[d] = true;
-                        bfs.push(d);
-                    }
-                }
-            }
-        }
-    }
+    let bfs = cluster_bfs(&members, &nb, &cluster_of);
     // Two packings, each refined; the one that cuts fewer edges wins. Largest volume first to
     // the least full part balances well on dense graphs (BlogCatalog 2 parts: 30% of the edges
     // cut, against 47% for the greedy); the greedy keeps sparse communities whole (an SBM: 15%
@@ -407,6 +310,137 @@ fn order_nodes(
         }
     }
     (best.expect("two packings").1, k)
+}
+
+/// The undirected adjacency without self-loops: degrees, offsets and neighbours.
+fn undirected(n: usize, edges: &[Edge]) -> (Vec<u32>, Vec<usize>, Vec<u32>) {
+    // Undirected adjacency without self-loops.
+    let mut deg = vec![0u32; n + 1];
+    for e in edges.iter().filter(|e| e.src != e.dst) {
+        deg[e.src as usize] += 1;
+        deg[e.dst as usize] += 1;
+    }
+    let mut off = vec![0usize; n + 1];
+    for v in 0..n {
+        off[v + 1] = off[v] + deg[v] as usize;
+    }
+    let mut fill = off.clone();
+    let mut adj = vec![0u32; off[n]];
+    for e in edges.iter().filter(|e| e.src != e.dst) {
+        let (a, b) = (e.src as usize, e.dst as usize);
+        adj[fill[a]] = b as u32;
+        fill[a] += 1;
+        adj[fill[b]] = a as u32;
+        fill[b] += 1;
+    }
+    (deg, off, adj)
+}
+
+/// Size-constrained label propagation: every node takes its neighbours' most frequent label,
+/// while the cluster holds fewer than a quarter of a part's nodes and of its volume (so that
+/// hubs spread). Returns each node's label.
+fn propagate_labels(
+    deg: &[u32],
+    off: &[usize],
+    adj: &[u32],
+    parts: usize,
+    rounds: usize,
+    seed: u64,
+) -> Vec<u32> {
+    let n = off.len() - 1;
+    let nb = |v: usize| &adj[off[v]..off[v + 1]];
+    // Size-constrained label propagation.
+    let cap = (n / (4 * parts.max(1))).max(1) as u32;
+    let mut label: Vec<u32> = (0..n as u32).collect();
+    let mut size = vec![1u32; n];
+    // Clusters also hold at most a quarter of a part's volume, so that hubs spread.
+    let vcap = (off[n] as u64 / (4 * parts.max(1)) as u64).max(1);
+    let mut cvol: Vec<u64> = (0..n).map(|v| deg[v] as u64).collect();
+    let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed);
+    let mut visit: Vec<u32> = (0..n as u32).collect();
+    let mut count = vec![0u32; n];
+    let mut seen: Vec<u32> = Vec::new();
+    for _ in 0..rounds {
+        for i in (1..n).rev() {
+            let j = rng.random_range(0..=i);
+            visit.swap(i, j);
+        }
+        let mut moved = 0usize;
+        for &v in &visit {
+            let v = v as usize;
+            seen.clear();
+            for &u in nb(v) {
+                let l = label[u as usize];
+                if count[l as usize] == 0 {
+                    seen.push(l);
+                }
+                count[l as usize] += 1;
+            }
+            let mine = label[v];
+            let mut best = (count[mine as usize], mine);
+            for &l in &seen {
+                let c = count[l as usize];
+                if l != mine
+                    && size[l as usize] < cap
+                    && cvol[l as usize] + deg[v] as u64 <= vcap
+                    && c > best.0
+                {
+                    best = (c, l);
+                }
+            }
+            for &l in &seen {
+                count[l as usize] = 0;
+            }
+            if best.1 != mine {
+                size[mine as usize] -= 1;
+                size[best.1 as usize] += 1;
+                cvol[mine as usize] -= deg[v] as u64;
+                cvol[best.1 as usize] += deg[v] as u64;
+                label[v] = best.1;
+                moved += 1;
+            }
+        }
+        if moved == 0 {
+            break;
+        }
+    }
+
+    label
+}
+
+/// The clusters in breadth-first order of the cluster graph, from the largest unvisited.
+fn cluster_bfs<'a>(
+    members: &[Vec<u32>],
+    nb: &impl Fn(usize) -> &'a [u32],
+    cluster_of: &impl Fn(u32) -> usize,
+) -> Vec<usize> {
+    let k = members.len();
+    let mut by_size: Vec<usize> = (0..k).collect();
+    by_size.sort_by_key(|&c| std::cmp::Reverse(members[c].len()));
+    let mut queued = vec![false; k];
+    let mut bfs: Vec<usize> = Vec::with_capacity(k);
+    for &start in &by_size {
+        if queued[start] {
+            continue;
+        }
+        queued[start] = true;
+        let mut head = bfs.len();
+        bfs.push(start);
+        while head < bfs.len() {
+            let c = bfs[head];
+            head += 1;
+            for &v in &members[c] {
+                for &u in nb(v as usize) {
+                    let d = cluster_of(u);
+                    if !queued[d] {
+                        queued[d] = true;
+                        bfs.push(d);
+                    }
+                }
+            }
+        }
+    }
+    bfs
 }
 
 /// Balanced label propagation over the parts (Ugander and Backstrom, WSDM 2013): every node that

@@ -8,66 +8,13 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     // What the process holds before it reads anything (libraries, MPI's buffers): the base of
     // the printed memory estimate.
     let process = crate::stats::peak_rss_bytes();
-    // A walk or edge model given triples, or a knowledge-graph model given a plain graph; the
-    // graph's node count otherwise.
-    let num_nodes = crate::graph::h5::EdgeFile::open(&cfg.graph).and_then(|f| {
-        if f.has_rel && !cfg.model.is_kg() {
-            Err(Error::bad_input(
-                &cfg.graph,
-                format!(
-                    "a knowledge graph (dataset 'rel': triples); --model {} trains plain graphs: use --model distmult, complex, transe or rotate, or convert a plain edge list",
-                    format!("{:?}", cfg.model).to_lowercase()
-                ),
-            ))
-        } else if cfg.model.is_kg() {
-            TripleFile::open(&cfg.graph).map(|_| f.num_nodes)
-        } else {
-            Ok(f.num_nodes)
-        }
-    });
-    let num_nodes = agree(comm, num_nodes)?;
+    let num_nodes = agree(comm, graph_nodes(cfg))?;
     // The storage (rows, optimizer state, the row cache, replicas) follows from the partition:
     // checked against --max-memory before anything is loaded.
     let local_nodes =
         Partitioner::new(cfg.partition, num_nodes, comm.size()).num_local(comm.rank());
     let rows = local_nodes as u64;
-    // The row cache of hogwild across nodes (its copies and their bases).
-    let cached = if cfg.update == Update::Hogwild
-        && cfg.strategy == Strategy::Sharded
-        && comm.node_size() < comm.size()
-    {
-        cfg.cache_rows_for(local_nodes)
-    } else {
-        0
-    };
-    let replica = cfg.replica_bytes(num_nodes);
-    let storage = cfg.memory_estimate(rows) + RowCache::bytes(cached, cfg.dim) + replica;
-    agree(
-        comm,
-        match cfg.max_memory {
-            Some(limit) if storage > limit && RowCache::bytes(cached, cfg.dim) > 0 => {
-                Err(Error::config(format!(
-                    "the storage estimate {} (of which the remote-row cache, --cache-rows {}: {}) exceeds --max-memory {}; lower --cache-rows (0 disables the cache), use more ranks, or a smaller --dim",
-                    human_bytes(storage),
-                    cached,
-                    human_bytes(RowCache::bytes(cached, cfg.dim)),
-                    human_bytes(limit)
-                )))
-            }
-            Some(limit) if storage > limit && replica > 0 => Err(Error::config(format!(
-                "the storage estimate {} (of which --strategy replicated's copy of every row: {}) exceeds --max-memory {}; the replicated strategy needs every row on every rank: use --strategy sharded, --sync sparse, or a smaller --dim",
-                human_bytes(storage),
-                human_bytes(replica),
-                human_bytes(limit)
-            ))),
-            Some(limit) if storage > limit => Err(Error::config(format!(
-                "the storage estimate {} exceeds --max-memory {}; use more ranks, --dtype f16, or a smaller --dim",
-                human_bytes(storage),
-                human_bytes(limit)
-            ))),
-            _ => Ok(()),
-        },
-    )?;
+    let (storage, replica) = check_storage(comm, cfg, num_nodes, local_nodes)?;
     let t = Timer::start();
     // Once the load has counted the degrees, the adjacency's size is known: with the storage it
     // must fit --max-memory before the entries are read. Walks across a node's ranks read each
@@ -141,45 +88,8 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         )));
     }
     if comm.rank() == 0 {
-        eprintln!(
-            "graphscale: {} nodes, {} edges, {} ranks; memory per rank {} (storage: {} rows x {} dims x {} B x {} matrices + optimizer state; adjacency {}; samplers and step buffers {}; the process before loading {})",
-            g.num_nodes(),
-            g.file_edges,
-            comm.size(),
-            human_bytes(max_est),
-            max_rows,
-            cfg.dim,
-            cfg.dtype.size(),
-            cfg.matrices(),
-            human_bytes(max_csr),
-            human_bytes(max_samplers),
-            human_bytes(max_process),
-        );
-        if let Some(dir) = &cfg.mmap_rows {
-            eprintln!(
-                "graphscale: --mmap-rows: each rank's rows ({} per rank) live in unlinked files in {}, paged by the kernel, outside the estimate",
-                human_bytes(rows * (cfg.dim * cfg.dtype.size() * cfg.matrices()) as u64),
-                dir.display()
-            );
-        }
-        if replica > 0 {
-            eprintln!(
-                "graphscale: --strategy replicated --sync {}: every rank holds all {} rows ({} per rank{})",
-                format!("{:?}", cfg.sync).to_lowercase(),
-                g.num_nodes(),
-                human_bytes(replica),
-                if cfg.sync == crate::config::Sync::Dense {
-                    ", half of it the dense gradient matrices"
-                } else {
-                    ""
-                }
-            );
-        }
-        if cfg.update == Update::Hogwild && cfg.max_staleness > 0 {
-            log::warn!(
-                "--max-staleness applies to --update batched; hogwild always overlaps sampling with the in-place updates"
-            );
-        }
+        let maxima = [max_est, max_rows, max_csr, max_samplers, max_process];
+        announce(cfg, &g, rows, replica, maxima);
     }
     if cfg.model.is_kg() {
         run_model::<Kge>(comm, cfg, &g, load_secs, estimate)
@@ -399,4 +309,119 @@ fn settle_walk_batch(comm: &Comm, cfg: &TrainConfig, g: &LocalGraph) -> Option<T
         batch_size: batch,
         ..cfg.clone()
     })
+}
+
+/// The graph file's node count; an error for a walk or edge model given triples, or a
+/// knowledge-graph model given a plain graph.
+fn graph_nodes(cfg: &TrainConfig) -> Result<u64> {
+    crate::graph::h5::EdgeFile::open(&cfg.graph).and_then(|f| {
+    if f.has_rel && !cfg.model.is_kg() {
+        Err(Error::bad_input(
+            &cfg.graph,
+            format!(
+                "a knowledge graph (dataset 'rel': triples); --model {} trains plain graphs: use --model distmult, complex, transe or rotate, or convert a plain edge list",
+                format!("{:?}", cfg.model).to_lowercase()
+            ),
+        ))
+    } else if cfg.model.is_kg() {
+        TripleFile::open(&cfg.graph).map(|_| f.num_nodes)
+    } else {
+        Ok(f.num_nodes)
+    }
+})
+}
+
+/// Collective: the storage estimate of this rank's rows (with the row cache and a replicated
+/// strategy's copy of every row), checked against `--max-memory` on every rank before anything
+/// is loaded. Returns the storage and the replica's bytes.
+fn check_storage(
+    comm: &Comm,
+    cfg: &TrainConfig,
+    num_nodes: u64,
+    local_nodes: usize,
+) -> Result<(u64, u64)> {
+    let rows = local_nodes as u64;
+    // The row cache of hogwild across nodes (its copies and their bases).
+    let cached = if cfg.update == Update::Hogwild
+        && cfg.strategy == Strategy::Sharded
+        && comm.node_size() < comm.size()
+    {
+        cfg.cache_rows_for(local_nodes)
+    } else {
+        0
+    };
+    let replica = cfg.replica_bytes(num_nodes);
+    let storage = cfg.memory_estimate(rows) + RowCache::bytes(cached, cfg.dim) + replica;
+    agree(
+        comm,
+        match cfg.max_memory {
+            Some(limit) if storage > limit && RowCache::bytes(cached, cfg.dim) > 0 => {
+                Err(Error::config(format!(
+                    "the storage estimate {} (of which the remote-row cache, --cache-rows {}: {}) exceeds --max-memory {}; lower --cache-rows (0 disables the cache), use more ranks, or a smaller --dim",
+                    human_bytes(storage),
+                    cached,
+                    human_bytes(RowCache::bytes(cached, cfg.dim)),
+                    human_bytes(limit)
+                )))
+            }
+            Some(limit) if storage > limit && replica > 0 => Err(Error::config(format!(
+                "the storage estimate {} (of which --strategy replicated's copy of every row: {}) exceeds --max-memory {}; the replicated strategy needs every row on every rank: use --strategy sharded, --sync sparse, or a smaller --dim",
+                human_bytes(storage),
+                human_bytes(replica),
+                human_bytes(limit)
+            ))),
+            Some(limit) if storage > limit => Err(Error::config(format!(
+                "the storage estimate {} exceeds --max-memory {}; use more ranks, --dtype f16, or a smaller --dim",
+                human_bytes(storage),
+                human_bytes(limit)
+            ))),
+            _ => Ok(()),
+        },
+    )?;
+    Ok((storage, replica))
+}
+
+/// Rank 0: the job's size and memory per rank (`maxima`: the estimate, rows, adjacency,
+/// samplers and the process before loading, largest over ranks), and where rows live.
+fn announce(cfg: &TrainConfig, g: &LocalGraph, rows: u64, replica: u64, maxima: [u64; 5]) {
+    let [max_est, max_rows, max_csr, max_samplers, max_process] = maxima;
+    eprintln!(
+        "graphscale: {} nodes, {} edges, {} ranks; memory per rank {} (storage: {} rows x {} dims x {} B x {} matrices + optimizer state; adjacency {}; samplers and step buffers {}; the process before loading {})",
+        g.num_nodes(),
+        g.file_edges,
+        g.part.ranks(),
+        human_bytes(max_est),
+        max_rows,
+        cfg.dim,
+        cfg.dtype.size(),
+        cfg.matrices(),
+        human_bytes(max_csr),
+        human_bytes(max_samplers),
+        human_bytes(max_process),
+    );
+    if let Some(dir) = &cfg.mmap_rows {
+        eprintln!(
+            "graphscale: --mmap-rows: each rank's rows ({} per rank) live in unlinked files in {}, paged by the kernel, outside the estimate",
+            human_bytes(rows * (cfg.dim * cfg.dtype.size() * cfg.matrices()) as u64),
+            dir.display()
+        );
+    }
+    if replica > 0 {
+        eprintln!(
+            "graphscale: --strategy replicated --sync {}: every rank holds all {} rows ({} per rank{})",
+            format!("{:?}", cfg.sync).to_lowercase(),
+            g.num_nodes(),
+            human_bytes(replica),
+            if cfg.sync == crate::config::Sync::Dense {
+                ", half of it the dense gradient matrices"
+            } else {
+                ""
+            }
+        );
+    }
+    if cfg.update == Update::Hogwild && cfg.max_staleness > 0 {
+        log::warn!(
+            "--max-staleness applies to --update batched; hogwild always overlaps sampling with the in-place updates"
+        );
+    }
 }

@@ -198,68 +198,11 @@ struct Pending {
 impl<'a, M: model::Model> Trainer<'a, M> {
     pub fn new(comm: &'a Comm, cfg: &'a TrainConfig, g: &'a LocalGraph) -> Result<Self> {
         let rows = g.num_local();
-        let one_matrix = cfg.matrices() == 1;
         let node_shared = cfg.node_memory == NodeMemory::Shared
             && node_memory_fits(comm, cfg, g.num_local(), g.bytes());
-        let shard = |m: usize| -> Result<Shard> {
-            match &cfg.mmap_rows {
-                Some(dir) => {
-                    let name = format!(
-                        "graphscale-rows-{}-rank{}-m{m}.bin",
-                        std::process::id(),
-                        comm.rank()
-                    );
-                    Shard::mapped(
-                        comm,
-                        rows,
-                        cfg.dim,
-                        cfg.dtype,
-                        cfg.optimizer,
-                        &dir.join(name),
-                    )
-                }
-                None => Ok(Shard::new(
-                    comm,
-                    rows,
-                    cfg.dim,
-                    cfg.dtype,
-                    cfg.optimizer,
-                    node_shared,
-                )),
-            }
-        };
-        let mut shards = vec![shard(0)?];
-        if !one_matrix {
-            shards.push(shard(1)?);
-        }
-        // gensim 4's init: vertex rows uniform in [-1/d, 1/d] (word2vec C uses half that; the
-        // wider range gave +0.2-0.3 Micro-F1 and +0.4-0.7 Macro-F1 on BlogCatalog 10 x 80, mean of
-        // two seeds, docs/results.md), seeded by node id so the initial matrix is the same for
-        // any number of ranks; context rows zero.
-        let (rank, seed, dim) = (comm.rank(), cfg.seed, cfg.dim);
-        let part = g.part.clone();
-        shards[VERTEX].init(|r, out| {
-            let mut rng = rng_for(seed, 0, 1 + part.global(rank, r));
-            for x in out.iter_mut() {
-                *x = (rng.random::<f32>() * 2.0 - 1.0) / dim as f32;
-            }
-        });
-        // mpirun binds a rank to one core by default: its threads would then share that core.
-        let cpus = std::thread::available_parallelism().map_or(cfg.threads, |n| n.get());
-        if cfg.threads > cpus {
-            log::warn!(
-                "rank {rank} may run on {cpus} CPU(s) but has {} compute threads: they will \
-                 share them. Under mpirun give each rank its CPUs (--map-by slot:PE={} or \
-                 --bind-to none), or lower --threads",
-                cfg.threads,
-                cfg.threads
-            );
-        }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(cfg.threads)
-            .thread_name(move |i| format!("compute-{rank}-{i}"))
-            .build()
-            .map_err(|e| Error::config(format!("--threads {}: {e}", cfg.threads)))?;
+        let shards = new_shards(comm, cfg, g, node_shared)?;
+        let (rank, seed) = (comm.rank(), cfg.seed);
+        let pool = compute_pool(cfg, rank)?;
         let pool_size = (1 << 16).max(cfg.batch_size * 4);
         let pool_every = pool_refresh_steps(
             pool_size,
@@ -320,54 +263,63 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             t0: Instant::now(),
         })
         .and_then(|mut t| {
-            if cfg.update == Update::Hogwild && cfg.strategy == Strategy::Sharded {
-                // Every rank takes the node-shared rows, or every rank its own: whether a batch
-                // needs the fetch and push exchanges must be the same on all of them.
-                let (me, n) = (comm.rank(), comm.size());
-                let mut rows_of = |node: bool| -> Option<Vec<InPlaceRows>> {
-                    t.shards
-                        .iter_mut()
-                        .map(|s| {
-                            s.in_place_rows(me, n, node)
-                                .filter(|r| r.cells.len() / cfg.dim < model::REMOTE as usize)
-                        })
-                        .collect()
-                };
-                let own = rows_of(false);
-                let node = if node_shared { rows_of(true) } else { None };
-                let ok = comm.all_reduce_u64(
-                    &[u64::from(own.is_some()), u64::from(node.is_some())],
-                    ReduceOp::Min,
-                );
-                if ok[0] == 1 {
-                    t.node_rows = ok[1] == 1;
-                    t.shared = if t.node_rows { node } else { own };
-                }
-                // The job's nodes: the sum over ranks of 1 / (ranks on its node).
-                let nodes = job_nodes(comm);
-                // Every rank keeps its own copies: the clock is shared by all of them. The same
-                // answer on every rank (sizes and flags only), so all refuse together.
-                let copies = comm.size() as u64;
-                let max = crate::config::max_cache_refresh(copies);
-                if let Some(r) = cfg.cache_refresh.filter(|&r| nodes > 1 && r > max) {
-                    return Err(Error::config(format!(
-                        "--cache-refresh {r} with {copies} ranks keeping copies of remote rows: at most {max} (the copies of a row take at most 32 batches summed over ranks unseen by each other; BlogCatalog at 8 simulated nodes diverged with 8); lower --cache-refresh or leave it to its default"
-                    )));
-                }
-                if let Some(rows) = t.shared.as_ref().filter(|s| !s[VERTEX].all()) {
-                    let capacity = cache_capacity(cfg, g, rows);
-                    if capacity > 0 {
-                        let clock = cfg
-                            .cache_refresh
-                            .unwrap_or_else(|| crate::config::default_cache_refresh(copies));
-                        t.cache = Some(RowCache::new(capacity, cfg.dim, clock));
-                        t.m.cache_rows = capacity as u64;
-                        t.m.cache_refresh = clock;
-                    }
-                }
-            }
+            t.settle_in_place(node_shared)?;
             Ok(t)
         })
+    }
+
+    /// Hogwild on sharded rows: every rank takes the node-shared rows, or every rank its own
+    /// (whether a batch needs the fetch and push exchanges must be the same on all of them),
+    /// and the row cache of hogwild across nodes with its clock. Collective.
+    fn settle_in_place(&mut self, node_shared: bool) -> Result<()> {
+        let (cfg, comm, g) = (self.cfg, self.comm, self.g);
+        if cfg.update == Update::Hogwild && cfg.strategy == Strategy::Sharded {
+            // Every rank takes the node-shared rows, or every rank its own: whether a batch
+            // needs the fetch and push exchanges must be the same on all of them.
+            let (me, n) = (comm.rank(), comm.size());
+            let mut rows_of = |node: bool| -> Option<Vec<InPlaceRows>> {
+                self.shards
+                    .iter_mut()
+                    .map(|s| {
+                        s.in_place_rows(me, n, node)
+                            .filter(|r| r.cells.len() / cfg.dim < model::REMOTE as usize)
+                    })
+                    .collect()
+            };
+            let own = rows_of(false);
+            let node = if node_shared { rows_of(true) } else { None };
+            let ok = comm.all_reduce_u64(
+                &[u64::from(own.is_some()), u64::from(node.is_some())],
+                ReduceOp::Min,
+            );
+            if ok[0] == 1 {
+                self.node_rows = ok[1] == 1;
+                self.shared = if self.node_rows { node } else { own };
+            }
+            // The job's nodes: the sum over ranks of 1 / (ranks on its node).
+            let nodes = job_nodes(comm);
+            // Every rank keeps its own copies: the clock is shared by all of them. The same
+            // answer on every rank (sizes and flags only), so all refuse together.
+            let copies = comm.size() as u64;
+            let max = crate::config::max_cache_refresh(copies);
+            if let Some(r) = cfg.cache_refresh.filter(|&r| nodes > 1 && r > max) {
+                return Err(Error::config(format!(
+                    "--cache-refresh {r} with {copies} ranks keeping copies of remote rows: at most {max} (the copies of a row take at most 32 batches summed over ranks unseen by each other; BlogCatalog at 8 simulated nodes diverged with 8); lower --cache-refresh or leave it to its default"
+                )));
+            }
+            if let Some(rows) = self.shared.as_ref().filter(|s| !s[VERTEX].all()) {
+                let capacity = cache_capacity(cfg, g, rows);
+                if capacity > 0 {
+                    let clock = cfg
+                        .cache_refresh
+                        .unwrap_or_else(|| crate::config::default_cache_refresh(copies));
+                    self.cache = Some(RowCache::new(capacity, cfg.dim, clock));
+                    self.m.cache_rows = capacity as u64;
+                    self.m.cache_refresh = clock;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The `--inject-fault` test hook.
@@ -421,6 +373,81 @@ impl<M: model::Model> Drop for Trainer<'_, M> {
 }
 
 /// Seconds as `42s`, `3m05s` or `2h07m`.
+/// This rank's row shards (the vertex matrix, and the context matrix of two-matrix models),
+/// in memory (node-shared when `node_shared`) or memory-mapped, the vertex rows initialised.
+fn new_shards(
+    comm: &Comm,
+    cfg: &TrainConfig,
+    g: &LocalGraph,
+    node_shared: bool,
+) -> Result<Vec<Shard>> {
+    let rows = g.num_local();
+    let shard = |m: usize| -> Result<Shard> {
+        match &cfg.mmap_rows {
+            Some(dir) => {
+                let name = format!(
+                    "graphscale-rows-{}-rank{}-m{m}.bin",
+                    std::process::id(),
+                    comm.rank()
+                );
+                Shard::mapped(
+                    comm,
+                    rows,
+                    cfg.dim,
+                    cfg.dtype,
+                    cfg.optimizer,
+                    &dir.join(name),
+                )
+            }
+            None => Ok(Shard::new(
+                comm,
+                rows,
+                cfg.dim,
+                cfg.dtype,
+                cfg.optimizer,
+                node_shared,
+            )),
+        }
+    };
+    let mut shards = vec![shard(0)?];
+    if cfg.matrices() > 1 {
+        shards.push(shard(1)?);
+    }
+    // gensim 4's init: vertex rows uniform in [-1/d, 1/d] (word2vec C uses half that; the
+    // wider range gave +0.2-0.3 Micro-F1 and +0.4-0.7 Macro-F1 on BlogCatalog 10 x 80, mean of
+    // two seeds, docs/results.md), seeded by node id so the initial matrix is the same for
+    // any number of ranks; context rows zero.
+    let (rank, seed, dim) = (comm.rank(), cfg.seed, cfg.dim);
+    let part = g.part.clone();
+    shards[VERTEX].init(|r, out| {
+        let mut rng = rng_for(seed, 0, 1 + part.global(rank, r));
+        for x in out.iter_mut() {
+            *x = (rng.random::<f32>() * 2.0 - 1.0) / dim as f32;
+        }
+    });
+    Ok(shards)
+}
+
+/// The rank's compute pool of `--threads` threads.
+fn compute_pool(cfg: &TrainConfig, rank: usize) -> Result<rayon::ThreadPool> {
+    // mpirun binds a rank to one core by default: its threads would then share that core.
+    let cpus = std::thread::available_parallelism().map_or(cfg.threads, |n| n.get());
+    if cfg.threads > cpus {
+        log::warn!(
+            "rank {rank} may run on {cpus} CPU(s) but has {} compute threads: they will \
+             share them. Under mpirun give each rank its CPUs (--map-by slot:PE={} or \
+             --bind-to none), or lower --threads",
+            cfg.threads,
+            cfg.threads
+        );
+    }
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(cfg.threads)
+        .thread_name(move |i| format!("compute-{rank}-{i}"))
+        .build()
+        .map_err(|e| Error::config(format!("--threads {}: {e}", cfg.threads)))
+}
+
 /// The job's nodes (collective): the sum over ranks of 1 / (ranks on its node).
 fn job_nodes(comm: &Comm) -> u64 {
     comm.all_reduce_f64(&[1.0 / comm.node_size().max(1) as f64], ReduceOp::Sum)[0].round() as u64

@@ -60,8 +60,20 @@ impl<M: model::Model> Trainer<'_, M> {
 
     /// One collective step over this rank's pairs or walk segments (segments need hogwild).
     pub(super) fn train(&mut self, work: Work, lr: f32) {
-        let cfg = self.cfg;
-        let (comm, g, dim) = (self.comm, self.g, cfg.dim);
+        self.begin_step();
+        if self.replica.is_some() {
+            self.replicated_step(work, lr);
+        } else if self.shared.is_some() {
+            self.hogwild_step(work, lr);
+        } else {
+            self.batched_step(work, lr);
+        }
+    }
+
+    /// A step's start: the negative pool's turn, the step's count and the metrics' sample, and
+    /// the `--inject-fault` hook.
+    fn begin_step(&mut self) {
+        let comm = self.comm;
         if self.step.is_multiple_of(self.pool_every) || self.next_pool.is_none() {
             // Split phase: the pool drawn `pool_every` steps ago is installed and the next one
             // posted, so ranks a few steps apart never wait here. Without one under way (the
@@ -89,14 +101,13 @@ impl<M: model::Model> Trainer<'_, M> {
             sent + self.m.one_sided_bytes,
         );
         self.maybe_fail();
-        if self.replica.is_some() {
-            self.replicated_step(work, lr);
-            return;
-        }
-        if self.shared.is_some() {
-            self.hogwild_step(work, lr);
-            return;
-        }
+    }
+
+    /// The batched path (`--update batched`, or hogwild without rows in place): plan the
+    /// batch's distinct rows, read them (local rows decoded, remote rows one-sidedly), compute
+    /// on the pool, and push the gradients to their owners, who apply the optimizer.
+    fn batched_step(&mut self, work: Work, lr: f32) {
+        let (comm, g) = (self.comm, self.g);
         // Plan: unique rows of the batch, keyed (node, matrix).
         let t = Timer::start();
         let me = comm.rank();
@@ -126,6 +137,27 @@ impl<M: model::Model> Trainer<'_, M> {
         let plan = self.model.plan(work, &self.neg, &mut self.rng, &mut slot);
         self.m.seconds.sample += t.secs();
 
+        let rows = self.fetch_rows(&keys);
+        let batch = Batch { keys, plan, rows };
+        let pending = self.launch(batch);
+        if self.cfg.max_staleness == 0 {
+            self.finish(pending, lr);
+        } else {
+            // Compute of this batch runs on the pool while the next batch is sampled and
+            // fetched; its push and apply happen after that fetch (staleness 1).
+            self.pending.push_back(pending);
+            if self.pending.len() > 1 {
+                let prev = self.pending.pop_front().expect("two pending");
+                self.finish(prev, lr);
+            }
+        }
+    }
+
+    /// The rows of a batch's `keys`, in slot order: local rows decoded from this rank's shards,
+    /// remote rows read one-sidedly from their owners, grouped by matrix and owner.
+    fn fetch_rows(&mut self, keys: &[u64]) -> Vec<f32> {
+        let (comm, g, cfg) = (self.comm, self.g, self.cfg);
+        let (me, dim) = (comm.rank(), cfg.dim);
         // Fetch: local rows directly, remote rows one-sidedly, grouped by matrix and owner.
         let t = Timer::start();
         let nslots = keys.len();
@@ -183,20 +215,7 @@ impl<M: model::Model> Trainer<'_, M> {
             self.m.one_sided_bytes += (count * shard.row_bytes()) as u64;
         }
         self.m.seconds.fetch += t.secs();
-
-        let batch = Batch { keys, plan, rows };
-        let pending = self.launch(batch);
-        if self.cfg.max_staleness == 0 {
-            self.finish(pending, lr);
-        } else {
-            // Compute of this batch runs on the pool while the next batch is sampled and
-            // fetched; its push and apply happen after that fetch (staleness 1).
-            self.pending.push_back(pending);
-            if self.pending.len() > 1 {
-                let prev = self.pending.pop_front().expect("two pending");
-                self.finish(prev, lr);
-            }
-        }
+        rows
     }
 
     /// Follow the loss per term; say so once if it climbs far past its lowest (the run is
@@ -321,53 +340,8 @@ impl<M: model::Model> Trainer<'_, M> {
             self.watch_loss(loss, p.terms);
             return;
         }
-        let keys = p.keys;
-        let nslots = keys.len();
         let mut grads = grads;
-        let finite = loss.is_finite() && grads.iter().all(|x| x.is_finite());
-        if !finite && self.cfg.on_nan == OnNan::Abort {
-            let bad: Vec<u64> = (0..nslots)
-                .filter(|&s| grads[s * dim..(s + 1) * dim].iter().any(|x| !x.is_finite()))
-                .take(5)
-                .map(|s| keys[s] >> 1)
-                .collect();
-            fatal(
-                comm,
-                Some(self.step),
-                &format!(
-                    "non-finite loss or gradient{}; lower --lr, use --optimizer adagrad or --clip-grad, or --on-nan skip to drop such batches",
-                    if bad.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" (rows of nodes {bad:?})")
-                    }
-                ),
-            );
-        }
-        // --on-nan skip: drop the whole batch (it still takes part in the exchange).
-        let keys = if finite {
-            keys
-        } else {
-            self.m.skipped_batches += 1;
-            log::warn!("rank {me}: step {}: non-finite batch skipped", self.step);
-            Vec::new()
-        };
-        if self.cfg.clip_grad > 0.0 {
-            let c = self.cfg.clip_grad;
-            for g in grads.chunks_exact_mut(dim) {
-                let norm = g.iter().map(|x| x * x).sum::<f32>().sqrt();
-                if norm > c {
-                    g.iter_mut().for_each(|x| *x *= c / norm);
-                }
-            }
-        }
-        if finite {
-            self.m.loss_sum += loss;
-            self.m.loss_terms += p.terms;
-            self.m.pairs += p.pairs as u64;
-            self.watch_loss(loss, p.terms);
-        }
-
+        let (keys, finite) = self.screen(p.keys, &mut grads, loss, p.terms, p.pairs);
         // Push: gradient rows to their owners in one exchange; local rows applied directly.
         // Batched gradients travel in --wire-dtype (f32, or bf16: f32's range); whatever
         // hogwild pushes through here, in f32.
@@ -404,28 +378,7 @@ impl<M: model::Model> Trainer<'_, M> {
         self.m.seconds.push += t.secs();
 
         let t = Timer::start();
-        // Received rows: [row | matrix << 31][dim x wire], in rank order (deterministic).
-        let rec = 4 + wb;
-        let mut theirs: Vec<(Vec<u32>, Vec<f32>)> =
-            vec![(Vec::new(), Vec::new()); self.shards.len()];
-        for b in &recv {
-            for r in b.chunks_exact(rec) {
-                let head = u32::from_le_bytes(r[..4].try_into().expect("4 bytes"));
-                let (m, row_id) = ((head >> 31) as usize, head & 0x7fff_ffff);
-                if m >= self.shards.len() || row_id as usize >= self.shards[m].rows {
-                    fatal(
-                        comm,
-                        Some(self.step),
-                        &"received a gradient for a row this rank does not own",
-                    );
-                }
-                theirs[m].0.push(row_id);
-                let vals = &mut theirs[m].1;
-                let at = vals.len();
-                vals.resize(at + dim, 0.0);
-                decode_wire(wire, &r[4..], &mut vals[at..]);
-            }
-        }
+        let theirs = self.decode_gradients(&recv, wire);
         if let Some(in_place) = &self.shared {
             // Hogwild: this node's rows were updated in place; received rows are deltas, added
             // as the pool adds (relaxed atomics: the node's other ranks may update them now).
@@ -480,5 +433,94 @@ impl<M: model::Model> Trainer<'_, M> {
             self.m.seconds.apply += t.secs();
         }
         self.m.steps += 1;
+    }
+
+    /// A finished batch's check: a non-finite loss or gradient aborts the job (naming up to 5
+    /// of its rows) or, with `--on-nan skip`, drops the batch (its keys: none to push);
+    /// `--clip-grad` clips the rows' gradients; the loss is counted. Returns the keys to push
+    /// and whether the batch was finite.
+    fn screen(
+        &mut self,
+        keys: Vec<u64>,
+        grads: &mut [f32],
+        loss: f64,
+        terms: u64,
+        pairs: usize,
+    ) -> (Vec<u64>, bool) {
+        let (comm, me, dim) = (self.comm, self.comm.rank(), self.cfg.dim);
+        let nslots = keys.len();
+        let finite = loss.is_finite() && grads.iter().all(|x| x.is_finite());
+        if !finite && self.cfg.on_nan == OnNan::Abort {
+            let bad: Vec<u64> = (0..nslots)
+                .filter(|&s| grads[s * dim..(s + 1) * dim].iter().any(|x| !x.is_finite()))
+                .take(5)
+                .map(|s| keys[s] >> 1)
+                .collect();
+            fatal(
+                comm,
+                Some(self.step),
+                &format!(
+                    "non-finite loss or gradient{}; lower --lr, use --optimizer adagrad or --clip-grad, or --on-nan skip to drop such batches",
+                    if bad.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (rows of nodes {bad:?})")
+                    }
+                ),
+            );
+        }
+        // --on-nan skip: drop the whole batch (it still takes part in the exchange).
+        let keys = if finite {
+            keys
+        } else {
+            self.m.skipped_batches += 1;
+            log::warn!("rank {me}: step {}: non-finite batch skipped", self.step);
+            Vec::new()
+        };
+        if self.cfg.clip_grad > 0.0 {
+            let c = self.cfg.clip_grad;
+            for g in grads.chunks_exact_mut(dim) {
+                let norm = g.iter().map(|x| x * x).sum::<f32>().sqrt();
+                if norm > c {
+                    g.iter_mut().for_each(|x| *x *= c / norm);
+                }
+            }
+        }
+        if finite {
+            self.m.loss_sum += loss;
+            self.m.loss_terms += terms;
+            self.m.pairs += pairs as u64;
+            self.watch_loss(loss, terms);
+        }
+        (keys, finite)
+    }
+
+    /// The gradient rows other ranks pushed to this one (`[row | matrix << 31][dim x wire]`, in
+    /// rank order: deterministic), per matrix: their rows and values. A row this rank does not
+    /// own ends the job.
+    fn decode_gradients(&self, recv: &[Vec<u8>], wire: WireDtype) -> Vec<(Vec<u32>, Vec<f32>)> {
+        let (comm, dim) = (self.comm, self.cfg.dim);
+        let rec = 4 + wire.row_bytes(dim);
+        let mut theirs: Vec<(Vec<u32>, Vec<f32>)> =
+            vec![(Vec::new(), Vec::new()); self.shards.len()];
+        for b in recv {
+            for r in b.chunks_exact(rec) {
+                let head = u32::from_le_bytes(r[..4].try_into().expect("4 bytes"));
+                let (m, row_id) = ((head >> 31) as usize, head & 0x7fff_ffff);
+                if m >= self.shards.len() || row_id as usize >= self.shards[m].rows {
+                    fatal(
+                        comm,
+                        Some(self.step),
+                        &"received a gradient for a row this rank does not own",
+                    );
+                }
+                theirs[m].0.push(row_id);
+                let vals = &mut theirs[m].1;
+                let at = vals.len();
+                vals.resize(at + dim, 0.0);
+                decode_wire(wire, &r[4..], &mut vals[at..]);
+            }
+        }
+        theirs
     }
 }

@@ -7,62 +7,7 @@ use super::*;
 impl<M: model::Model> Trainer<'_, M> {
     pub(super) fn train_walks(&mut self) {
         let cfg = self.cfg;
-        // With node-shared rows the node's ranks also share their adjacency: a walk continues
-        // across them and only moves to another node ship it. The job's "nodes" are counted
-        // as the sum over ranks of 1 / (ranks on its node).
-        let on_node = self.shared.as_ref().map_or(1, |s| {
-            s[VERTEX].first_row.iter().filter(|f| f.is_some()).count()
-        });
-        // The same on every rank (the adjacency windows are collective), also on a rank alone
-        // on its node.
-        let node_walks = self.node_rows;
-        let parts = self
-            .comm
-            .all_reduce_f64(&[1.0 / on_node as f64], ReduceOp::Sum)[0]
-            .round();
-        // A walker keeps walking while its next node is on this rank (or node): the whole walk
-        // there, or min(L, P / (P - 1)) steps per superstep on average when nodes are spread
-        // evenly over P ranks (or nodes).
-        let spread = if node_walks {
-            parts
-        } else {
-            self.comm.size() as f64
-        };
-        let batch_parts = if node_walks && parts > 1.0 {
-            self.comm.size()
-        } else {
-            spread as usize
-        };
-        let steps = if spread > 1.0 {
-            (spread / (spread - 1.0)).min(f64::from(cfg.walk_length))
-        } else {
-            f64::from(cfg.walk_length)
-        };
-        let params = WalkParams {
-            walk_length: cfg.walk_length,
-            window: cfg.window,
-            walks_per_node: cfg.walks_per_node,
-            node2vec: (cfg.model == Model::Node2vec).then_some((cfg.p, cfg.q)),
-            // A walker emits about window + 1 pairs per step. At most 1/16 of a rank's walks are
-            // in flight, so that small graphs still get many optimizer steps.
-            // --batch-size is the number of pairs per step of one copy of the rows: remote rows
-            // are copies as old as a step. With private rows every rank holds such copies and
-            // takes its share of walkers in flight, so the optimisation is the same at any rank
-            // count. With node-shared rows a node's ranks update one copy in place (nothing of
-            // the node is stale), so each rank takes its node's share: the ranks of one node
-            // step as single-rank jobs would (BlogCatalog, 4 ranks on one node: 5.3M pairs/s
-            // at the same Micro-F1, against 3.6M with a quarter of the walkers each). Across
-            // nodes every rank also trains its own copies of the remote rows, so each takes its
-            // share of the job's ranks as private rows do: with its node's share, 4 nodes of 2
-            // ranks (BlogCatalog) trained copies twice as long per step and lost 0.8 Micro-F1
-            // (36.58 at clock 1 against 37.42 with private rows).
-            in_flight: ((cfg.batch_size.div_ceil(batch_parts) as f64
-                / ((cfg.window as usize + 1) as f64 * steps)) as usize)
-                .min((self.g.num_local() * cfg.walks_per_node as usize).div_ceil(16))
-                .max(1),
-            local_steps: cfg.walk_length,
-            node_walks,
-        };
+        let params = self.walk_params();
         let mut wrng = rng_for(cfg.seed, self.comm.rank(), 3);
         let comm = self.comm;
         let sum_deg = comm.sum_u64(self.g.local_entries());
@@ -76,22 +21,7 @@ impl<M: model::Model> Trainer<'_, M> {
             * f64::from(cfg.walks_per_node)
             * self.g.num_nodes() as f64
             * f64::from(cfg.walk_length);
-        let mut done = 0f64;
-        let mut first_epoch = 0;
-        if let Some(r) = self.resumed.take() {
-            let c = &r.cursor;
-            let (_, starts) = engine.cursor();
-            let next = if r.same_ranks {
-                c.next_start
-            } else {
-                (c.started * starts as f64).round() as u64
-            };
-            engine.resume(next, &r.walkers);
-            done = c.done;
-            first_epoch = c.epoch;
-            let salt = c.step.wrapping_mul(0x2545_F491_4F6C_DD1D);
-            wrng = rng_for(cfg.seed ^ salt, self.comm.rank(), 3);
-        }
+        let (mut done, first_epoch) = self.resume_walks(&mut engine, &mut wrng);
         let mut segs = Segments::default();
         let mut pairs = Vec::new();
         let by_token =
@@ -192,5 +122,91 @@ impl<M: model::Model> Trainer<'_, M> {
             };
             (Vec::new(), cursor)
         });
+    }
+
+    /// The walk engine's parameters: walkers in flight for this rank's share of the step, and
+    /// whether walks continue across the node's ranks (node-shared rows and adjacency).
+    /// Collective.
+    fn walk_params(&self) -> WalkParams {
+        let cfg = self.cfg;
+        // With node-shared rows the node's ranks also share their adjacency: a walk continues
+        // across them and only moves to another node ship it. The job's "nodes" are counted
+        // as the sum over ranks of 1 / (ranks on its node).
+        let on_node = self.shared.as_ref().map_or(1, |s| {
+            s[VERTEX].first_row.iter().filter(|f| f.is_some()).count()
+        });
+        // The same on every rank (the adjacency windows are collective), also on a rank alone
+        // on its node.
+        let node_walks = self.node_rows;
+        let parts = self
+            .comm
+            .all_reduce_f64(&[1.0 / on_node as f64], ReduceOp::Sum)[0]
+            .round();
+        // A walker keeps walking while its next node is on this rank (or node): the whole walk
+        // there, or min(L, P / (P - 1)) steps per superstep on average when nodes are spread
+        // evenly over P ranks (or nodes).
+        let spread = if node_walks {
+            parts
+        } else {
+            self.comm.size() as f64
+        };
+        let batch_parts = if node_walks && parts > 1.0 {
+            self.comm.size()
+        } else {
+            spread as usize
+        };
+        let steps = if spread > 1.0 {
+            (spread / (spread - 1.0)).min(f64::from(cfg.walk_length))
+        } else {
+            f64::from(cfg.walk_length)
+        };
+        WalkParams {
+            walk_length: cfg.walk_length,
+            window: cfg.window,
+            walks_per_node: cfg.walks_per_node,
+            node2vec: (cfg.model == Model::Node2vec).then_some((cfg.p, cfg.q)),
+            // A walker emits about window + 1 pairs per step. At most 1/16 of a rank's walks are
+            // in flight, so that small graphs still get many optimizer steps.
+            // --batch-size is the number of pairs per step of one copy of the rows: remote rows
+            // are copies as old as a step. With private rows every rank holds such copies and
+            // takes its share of walkers in flight, so the optimisation is the same at any rank
+            // count. With node-shared rows a node's ranks update one copy in place (nothing of
+            // the node is stale), so each rank takes its node's share: the ranks of one node
+            // step as single-rank jobs would (BlogCatalog, 4 ranks on one node: 5.3M pairs/s
+            // at the same Micro-F1, against 3.6M with a quarter of the walkers each). Across
+            // nodes every rank also trains its own copies of the remote rows, so each takes its
+            // share of the job's ranks as private rows do: with its node's share, 4 nodes of 2
+            // ranks (BlogCatalog) trained copies twice as long per step and lost 0.8 Micro-F1
+            // (36.58 at clock 1 against 37.42 with private rows).
+            in_flight: ((cfg.batch_size.div_ceil(batch_parts) as f64
+                / ((cfg.window as usize + 1) as f64 * steps)) as usize)
+                .min((self.g.num_local() * cfg.walks_per_node as usize).div_ceil(16))
+                .max(1),
+            local_steps: cfg.walk_length,
+            node_walks,
+        }
+    }
+
+    /// A resumed job: the engine continues from the checkpoint's cursor (its walkers; at
+    /// another rank count, the same share of the walks' starts) with the sampler's generator
+    /// salted by the step. Returns the tokens done and the epoch to continue.
+    fn resume_walks(&mut self, engine: &mut WalkEngine, wrng: &mut Rng) -> (f64, u32) {
+        let cfg = self.cfg;
+        let (mut done, mut first_epoch) = (0f64, 0);
+        if let Some(r) = self.resumed.take() {
+            let c = &r.cursor;
+            let (_, starts) = engine.cursor();
+            let next = if r.same_ranks {
+                c.next_start
+            } else {
+                (c.started * starts as f64).round() as u64
+            };
+            engine.resume(next, &r.walkers);
+            done = c.done;
+            first_epoch = c.epoch;
+            let salt = c.step.wrapping_mul(0x2545_F491_4F6C_DD1D);
+            *wrng = rng_for(cfg.seed ^ salt, self.comm.rank(), 3);
+        }
+        (done, first_epoch)
     }
 }
