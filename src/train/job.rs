@@ -106,31 +106,7 @@ pub(super) fn run_model<M: model::Model>(
     load_secs: f64,
     estimate: u64,
 ) -> Result<Outcome> {
-    // Triples of a knowledge graph: this rank's contiguous share of the file; with --valid,
-    // the validation triples and the filter (every training and validation triple) on every
-    // rank.
-    let triples = if cfg.model.is_kg() {
-        let read = TripleFile::open(&cfg.graph).and_then(|f| {
-            let (n, r) = (f.len(), comm.rank() as u64);
-            let p = comm.size() as u64;
-            let mine = f.read(n * r / p, n * (r + 1) / p)?;
-            let valid = match &cfg.valid {
-                Some(v) => {
-                    let (e, rels) = (f.num_entities(), f.num_relations);
-                    let valid = crate::graph::triples::read_all(std::slice::from_ref(v), e, rels)?;
-                    let mut known = f.read(0, n)?;
-                    known.extend_from_slice(&valid);
-                    Some((valid, known))
-                }
-                None => None,
-            };
-            Ok((mine, valid))
-        });
-        let (mine, valid) = agree(comm, read)?;
-        Some((kg::weigh(comm, &mine, cfg.triple_weights), valid))
-    } else {
-        None
-    };
+    let triples = read_triples(comm, cfg)?;
     let mut tr = Trainer::<M>::new(comm, cfg, g)?;
     tr.prepare_checkpoints()?;
     tr.m.seconds.load = load_secs;
@@ -179,27 +155,8 @@ pub(super) fn run_model<M: model::Model>(
     tr.m.cpu_seconds_main_train = tr.m.cpu_seconds_main - cpu.0;
     tr.m.cpu_seconds_process_train = tr.m.cpu_seconds_process - cpu.1;
     if let Some(out) = &cfg.output {
-        // Written to a partial file beside the target and renamed over it once complete: a
-        // failed or killed job leaves an earlier file there intact.
         let t = Timer::start();
-        let tmp = crate::outfile::partial(out);
-        let written = crate::embeddings::write_embeddings(comm, &tmp, g, &tr.shards[VERTEX], cfg)
-            .and_then(|()| {
-                let extra = if comm.rank() == 0 {
-                    crate::embeddings::write_names(&tmp, &cfg.graph, cfg.model.is_kg())
-                        .and_then(|()| tr.model.write_output(&tmp))
-                        .and_then(|()| crate::outfile::commit(out))
-                } else {
-                    Ok(())
-                };
-                agree(comm, extra)
-            });
-        if let Err(e) = written {
-            if comm.rank() == 0 {
-                crate::outfile::discard(out);
-            }
-            return Err(crate::outfile::failed(out, e));
-        }
+        write_output(comm, cfg, g, &tr, out)?;
         tr.m.seconds.output = t.secs();
     }
     tr.m.peak_rss_bytes = peak_rss_bytes();
@@ -424,4 +381,64 @@ fn announce(cfg: &TrainConfig, g: &LocalGraph, rows: u64, replica: u64, maxima: 
             "--max-staleness applies to --update batched; hogwild always overlaps sampling with the in-place updates"
         );
     }
+}
+
+/// This rank's weighed training triples, and the validation triples with their filter.
+type KgTriples = (Vec<Weighted>, Option<(Vec<Triple>, Vec<Triple>)>);
+
+/// A knowledge graph's triples, collective: this rank's contiguous share of the file, weighed;
+/// with --valid, the validation triples and the filter (every training and validation triple)
+/// on every rank. `None` for the other models.
+fn read_triples(comm: &Comm, cfg: &TrainConfig) -> Result<Option<KgTriples>> {
+    if !cfg.model.is_kg() {
+        return Ok(None);
+    }
+    let read = TripleFile::open(&cfg.graph).and_then(|f| {
+        let (n, r) = (f.len(), comm.rank() as u64);
+        let p = comm.size() as u64;
+        let mine = f.read(n * r / p, n * (r + 1) / p)?;
+        let valid = match &cfg.valid {
+            Some(v) => {
+                let (e, rels) = (f.num_entities(), f.num_relations);
+                let valid = crate::graph::triples::read_all(std::slice::from_ref(v), e, rels)?;
+                let mut known = f.read(0, n)?;
+                known.extend_from_slice(&valid);
+                Some((valid, known))
+            }
+            None => None,
+        };
+        Ok((mine, valid))
+    });
+    let (mine, valid) = agree(comm, read)?;
+    Ok(Some((kg::weigh(comm, &mine, cfg.triple_weights), valid)))
+}
+
+/// Collective: the embeddings (and rank 0's names and the model's extra output) written to a
+/// partial file beside `out` and renamed over it once complete: a failed or killed job leaves
+/// an earlier file there intact.
+fn write_output<M: model::Model>(
+    comm: &Comm,
+    cfg: &TrainConfig,
+    g: &LocalGraph,
+    tr: &Trainer<'_, M>,
+    out: &std::path::Path,
+) -> Result<()> {
+    let tmp = crate::outfile::partial(out);
+    let written = crate::embeddings::write_embeddings(comm, &tmp, g, &tr.shards[VERTEX], cfg)
+        .and_then(|()| {
+            let extra = if comm.rank() == 0 {
+                crate::embeddings::write_names(&tmp, &cfg.graph, cfg.model.is_kg())
+                    .and_then(|()| tr.model.write_output(&tmp))
+                    .and_then(|()| crate::outfile::commit(out))
+            } else {
+                Ok(())
+            };
+            agree(comm, extra)
+        });
+    written.map_err(|e| {
+        if comm.rank() == 0 {
+            crate::outfile::discard(out);
+        }
+        crate::outfile::failed(out, e)
+    })
 }

@@ -112,6 +112,8 @@ pub struct Trainer<'a, M: model::Model> {
     /// `--update hogwild`: every matrix's rows the pool updates in place (this rank's, or with
     /// `--node-memory shared` those of every rank on its node).
     shared: Option<Vec<InPlaceRows>>,
+    /// How the steps run: chosen once, when the trainer is set up.
+    path: StepPath,
     /// Hogwild on node-shared rows, on every rank alike (some node has several ranks; a rank
     /// alone on its node takes part too): batches end in a barrier, walks cross node ranks.
     node_rows: bool,
@@ -181,6 +183,19 @@ struct Deferred<P> {
     seq: u64,
 }
 
+/// How a job's steps run (`Trainer::train`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StepPath {
+    /// `--strategy replicated`: every rank holds every row (the data-parallel baseline).
+    Replicated,
+    /// Hogwild with rows in place: the pool updates this rank's (or node's) rows where they
+    /// live, remote rows as fetched or cached copies whose deltas go to their owners.
+    InPlace,
+    /// The batch's distinct rows are read, and its gradients pushed to their owners, which
+    /// apply the optimizer (`--update batched`, or rows that cannot be updated in place).
+    Batched,
+}
+
 /// A batch on the pool: its keys, and where its (gradients, loss, compute seconds) arrive.
 struct Pending {
     keys: Vec<u64>,
@@ -237,6 +252,11 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             stopped: None,
             resumed: None,
             shared: None,
+            path: if cfg.strategy == Strategy::Replicated {
+                StepPath::Replicated
+            } else {
+                StepPath::Batched
+            },
             node_rows: false,
             cache: None,
             adm: Admission::default(),
@@ -295,6 +315,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             if ok[0] == 1 {
                 self.node_rows = ok[1] == 1;
                 self.shared = if self.node_rows { node } else { own };
+                self.path = StepPath::InPlace;
             }
             // The job's nodes: the sum over ranks of 1 / (ranks on its node).
             let nodes = job_nodes(comm);

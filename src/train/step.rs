@@ -61,12 +61,10 @@ impl<M: model::Model> Trainer<'_, M> {
     /// One collective step over this rank's pairs or walk segments (segments need hogwild).
     pub(super) fn train(&mut self, work: Work, lr: f32) {
         self.begin_step();
-        if self.replica.is_some() {
-            self.replicated_step(work, lr);
-        } else if self.shared.is_some() {
-            self.hogwild_step(work, lr);
-        } else {
-            self.batched_step(work, lr);
+        match self.path {
+            StepPath::Replicated => self.replicated_step(work, lr),
+            StepPath::InPlace => self.hogwild_step(work, lr),
+            StepPath::Batched => self.batched_step(work, lr),
         }
     }
 
@@ -272,7 +270,7 @@ impl<M: model::Model> Trainer<'_, M> {
             self.install_pool(p);
         }
         self.finish_pool();
-        if self.replica.is_some() {
+        if self.path == StepPath::Replicated {
             self.replica_drain();
             return;
         }
@@ -360,11 +358,8 @@ impl<M: model::Model> Trainer<'_, M> {
             if owner == me {
                 mine[m].push((row as u32, s as u32));
             } else {
-                let b = &mut send[owner];
-                b.extend_from_slice(&((row as u32) | ((m as u32) << 31)).to_le_bytes());
-                let at = b.len();
-                b.resize(at + wb, 0);
-                encode_wire(wire, &grads[s * dim..(s + 1) * dim], &mut b[at..], None);
+                let out = wire::push_record(&mut send[owner], wire::head(row as u32, m), wb);
+                encode_wire(wire, &grads[s * dim..(s + 1) * dim], out, None);
             }
         }
         self.m.push_bytes_sent += send.iter().map(|b| b.len() as u64).sum::<u64>();
@@ -500,13 +495,13 @@ impl<M: model::Model> Trainer<'_, M> {
     /// own ends the job.
     fn decode_gradients(&self, recv: &[Vec<u8>], wire: WireDtype) -> Vec<(Vec<u32>, Vec<f32>)> {
         let (comm, dim) = (self.comm, self.cfg.dim);
-        let rec = 4 + wire.row_bytes(dim);
         let mut theirs: Vec<(Vec<u32>, Vec<f32>)> =
             vec![(Vec::new(), Vec::new()); self.shards.len()];
-        for b in recv {
-            for r in b.chunks_exact(rec) {
-                let head = u32::from_le_bytes(r[..4].try_into().expect("4 bytes"));
-                let (m, row_id) = ((head >> 31) as usize, head & 0x7fff_ffff);
+        for (from, b) in recv.iter().enumerate() {
+            let records = wire::push_records(b, wire.row_bytes(dim))
+                .unwrap_or_else(|e| fatal(comm, Some(self.step), &format!("rank {from}: {e}")));
+            for (head, r) in records {
+                let (m, row_id) = wire::split_head(head);
                 if m >= self.shards.len() || row_id as usize >= self.shards[m].rows {
                     fatal(
                         comm,
@@ -518,7 +513,7 @@ impl<M: model::Model> Trainer<'_, M> {
                 let vals = &mut theirs[m].1;
                 let at = vals.len();
                 vals.resize(at + dim, 0.0);
-                decode_wire(wire, &r[4..], &mut vals[at..]);
+                decode_wire(wire, r, &mut vals[at..]);
             }
         }
         theirs

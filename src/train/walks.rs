@@ -24,8 +24,7 @@ impl<M: model::Model> Trainer<'_, M> {
         let (mut done, first_epoch) = self.resume_walks(&mut engine, &mut wrng);
         let mut segs = Segments::default();
         let mut pairs = Vec::new();
-        let by_token =
-            (self.shared.is_some() || self.replica.is_some()) && cfg.kernel == Kernel::Token;
+        let by_token = self.path != StepPath::Batched && cfg.kernel == Kernel::Token;
         let carry = self.cache.is_some();
         let mut progress = Progress::new(self.comm.rank() == 0);
         for epoch in first_epoch..cfg.epochs {

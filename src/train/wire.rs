@@ -12,6 +12,9 @@
 //!
 //! A head is a row of the receiver with its matrix in the top bit (deltas carry their copy's
 //! updates in the spare bits: `cache::UpdateCode`); a row is `row_bytes` of `--wire-dtype`.
+//!
+//! The gradient push of the paths without the cache (`Trainer::finish`) is a run of records
+//! `[head: u32][row]`, written by [`push_record`] and read by [`push_records`].
 
 use std::fmt;
 
@@ -170,6 +173,42 @@ impl<'b> Message<'b> {
     pub fn row_count(&self) -> usize {
         self.rows.len() / self.row_bytes
     }
+}
+
+/// A head: `row` of the receiver's `matrix` (0 or 1, in the top bit).
+pub fn head(row: u32, matrix: usize) -> u32 {
+    debug_assert!(row < 1 << 31 && matrix < 2);
+    row | (matrix as u32) << 31
+}
+
+/// A head's matrix and row.
+pub fn split_head(head: u32) -> (usize, u32) {
+    ((head >> 31) as usize, head & 0x7fff_ffff)
+}
+
+/// Append a gradient record with `head` to `buf`; returns its `row_bytes` to fill.
+pub fn push_record(buf: &mut Vec<u8>, head: u32, row_bytes: usize) -> &mut [u8] {
+    buf.extend_from_slice(&head.to_le_bytes());
+    let at = buf.len();
+    buf.resize(at + row_bytes, 0);
+    &mut buf[at..]
+}
+
+/// The gradient records of one peer's push as (head, encoded row); a message that is not a
+/// whole number of records is an error.
+pub fn push_records(
+    b: &[u8],
+    row_bytes: usize,
+) -> Result<impl Iterator<Item = (u32, &[u8])>, WireError> {
+    let rec = DELTA_HEAD + row_bytes;
+    if !b.len().is_multiple_of(rec) {
+        return Err(WireError(format!(
+            "a gradient push of {} bytes is not a whole number of {rec}-byte records",
+            b.len()
+        )));
+    }
+    Ok(b.chunks_exact(rec)
+        .map(|r| (u32_le(&r[..DELTA_HEAD]), &r[DELTA_HEAD..])))
 }
 
 fn u32_le(b: &[u8]) -> u32 {
@@ -336,5 +375,36 @@ mod tests {
     fn the_writer_refuses_more_deltas_than_announced() {
         let mut w = Writer::new([0, 0], &[], 0, 2);
         w.delta(1, &[0, 0]);
+    }
+
+    proptest! {
+        /// A gradient push conserves its records, and any prefix that is not a whole number
+        /// of records is refused.
+        #[test]
+        fn a_gradient_push_conserves_its_records(
+            recs in proptest::collection::vec((0u32..1 << 31, 0usize..2, any::<u8>()), 0..40),
+            row_bytes in 1usize..40,
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let mut buf = Vec::new();
+            for &(row, m, fill) in &recs {
+                push_record(&mut buf, head(row, m), row_bytes).fill(fill);
+            }
+            let back: Vec<(usize, u32, Vec<u8>)> = push_records(&buf, row_bytes)
+                .unwrap()
+                .map(|(h, r)| {
+                    let (m, row) = split_head(h);
+                    (m, row, r.to_vec())
+                })
+                .collect();
+            let want: Vec<(usize, u32, Vec<u8>)> =
+                recs.iter().map(|&(row, m, f)| (m, row, vec![f; row_bytes])).collect();
+            prop_assert_eq!(back, want);
+            if !buf.is_empty() {
+                let at = cut.index(buf.len());
+                let whole = at % (DELTA_HEAD + row_bytes) == 0;
+                prop_assert_eq!(push_records(&buf[..at], row_bytes).is_ok(), whole);
+            }
+        }
     }
 }
