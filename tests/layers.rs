@@ -118,7 +118,7 @@ fn layers_import_only_below_them() {
 fn no_file_grows_past_its_ceiling() {
     // Lines before the test module: 1,000 at most; the files still above it may not grow
     // (issue 33 splits them).
-    let above = [("src/config.rs", 1436), ("src/model/kge.rs", 1060)];
+    let above = [("src/config.rs", 1312), ("src/model/kge.rs", 1060)];
     let mut broken = Vec::new();
     for (path, code) in code() {
         let lines = code.lines().count();
