@@ -419,6 +419,81 @@ struct ShardData {
     cursor: Cursor,
 }
 
+/// An open shard file, read with its name in every error.
+struct ShardFile {
+    f: hdf5::File,
+    shown: String,
+}
+
+impl ShardFile {
+    fn corrupt(&self, m: String) -> Unusable {
+        Unusable::Corrupt(format!("{}: {m}", self.shown))
+    }
+
+    fn u64(&self, name: &str) -> std::result::Result<u64, Unusable> {
+        self.f
+            .attr(name)
+            .and_then(|a| a.read_scalar::<u64>())
+            .map_err(|_| self.corrupt(format!("attribute '{name}' missing or not a u64")))
+    }
+
+    fn text(&self, name: &str) -> std::result::Result<String, Unusable> {
+        self.f
+            .attr(name)
+            .and_then(|a| a.read_scalar::<VarLenUnicode>())
+            .map(|s| s.as_str().to_string())
+            .map_err(|_| self.corrupt(format!("attribute '{name}' missing or not text")))
+    }
+
+    /// Dataset `name`, which must hold `want` values (`cols == 0`) or `want` rows of `cols`.
+    fn read<T: hdf5::H5Type>(
+        &self,
+        name: &str,
+        want: usize,
+        cols: usize,
+    ) -> std::result::Result<Vec<T>, Unusable> {
+        let d = self
+            .f
+            .dataset(name)
+            .map_err(|_| self.corrupt(format!("dataset '{name}' missing")))?;
+        let shape = d.shape();
+        let ok = if cols == 0 {
+            shape == [want]
+        } else {
+            shape == [want, cols]
+        };
+        if !ok {
+            return Err(self.corrupt(format!("dataset '{name}' has shape {shape:?}")));
+        }
+        d.read_raw::<T>()
+            .map_err(|e| self.corrupt(format!("reading '{name}': {e}")))
+    }
+
+    /// The format and the run that wrote it (another run's shard is a mismatch, never a
+    /// fallback), then its cursor.
+    fn header(&self, ident: &serde_json::Value) -> std::result::Result<Cursor, Unusable> {
+        let fv = self.u64("format_version")?;
+        if fv != FORMAT_VERSION {
+            return Err(Unusable::Mismatch(format!(
+                "{}: checkpoint format {fv}, this graphscale reads format {FORMAT_VERSION}",
+                self.shown
+            )));
+        }
+        let saved: serde_json::Value = serde_json::from_str(&self.text("identity")?)
+            .map_err(|e| self.corrupt(format!("attribute 'identity': {e}")))?;
+        let diff = differences(&saved, ident);
+        if !diff.is_empty() {
+            return Err(Unusable::Mismatch(format!(
+                "{} was written by a different run: {}",
+                self.shown,
+                diff.join("; ")
+            )));
+        }
+        serde_json::from_str(&self.text("cursor")?)
+            .map_err(|e| self.corrupt(format!("attribute 'cursor': {e}")))
+    }
+}
+
 fn read_shard(
     path: &Path,
     sum: FileSum,
@@ -428,7 +503,7 @@ fn read_shard(
     spr: usize,
     num_nodes: u64,
 ) -> std::result::Result<ShardData, Unusable> {
-    let shown = path.display();
+    let shown = path.display().to_string();
     let corrupt = |m: String| Unusable::Corrupt(format!("{shown}: {m}"));
     match file_sum(path) {
         Ok(s) if s == sum => {}
@@ -441,86 +516,28 @@ fn read_shard(
         Err(e) => return Err(corrupt(e.to_string())),
     }
     let f = hdf5::File::open(path).map_err(|e| corrupt(format!("cannot open: {e}")))?;
-    let u = |name: &str| -> std::result::Result<u64, Unusable> {
-        f.attr(name)
-            .and_then(|a| a.read_scalar::<u64>())
-            .map_err(|_| corrupt(format!("attribute '{name}' missing or not a u64")))
-    };
-    let t = |name: &str| -> std::result::Result<String, Unusable> {
-        f.attr(name)
-            .and_then(|a| a.read_scalar::<VarLenUnicode>())
-            .map(|s| s.as_str().to_string())
-            .map_err(|_| corrupt(format!("attribute '{name}' missing or not text")))
-    };
-    let fv = u("format_version")?;
-    if fv != FORMAT_VERSION {
-        return Err(Unusable::Mismatch(format!(
-            "{shown}: checkpoint format {fv}, this graphscale reads format {FORMAT_VERSION}"
-        )));
-    }
-    let saved: serde_json::Value = serde_json::from_str(&t("identity")?)
-        .map_err(|e| corrupt(format!("attribute 'identity': {e}")))?;
-    let diff = differences(&saved, ident);
-    if !diff.is_empty() {
-        return Err(Unusable::Mismatch(format!(
-            "{shown} was written by a different run: {}",
-            diff.join("; ")
-        )));
-    }
-    let cursor: Cursor = serde_json::from_str(&t("cursor")?)
-        .map_err(|e| corrupt(format!("attribute 'cursor': {e}")))?;
-    let rows = u("rows")?;
+    let f = ShardFile { f, shown };
+    let cursor = f.header(ident)?;
+    let rows = f.u64("rows")?;
     if rows > num_nodes {
-        return Err(corrupt(format!(
-            "{rows} rows for a graph of {num_nodes} nodes"
-        )));
+        return Err(f.corrupt(format!("{rows} rows for a graph of {num_nodes} nodes")));
     }
-    if u("matrices")? != matrices as u64 {
-        return Err(corrupt("wrong number of matrices".into()));
+    if f.u64("matrices")? != matrices as u64 {
+        return Err(f.corrupt("wrong number of matrices".into()));
     }
     let rows = rows as usize;
-    let ds_len = |name: &str, want: usize, cols: usize| -> std::result::Result<(), Unusable> {
-        let d = f
-            .dataset(name)
-            .map_err(|_| corrupt(format!("dataset '{name}' missing")))?;
-        let shape = d.shape();
-        let ok = if cols == 0 {
-            shape == [want]
-        } else {
-            shape == [want, cols]
-        };
-        if ok {
-            Ok(())
-        } else {
-            Err(corrupt(format!("dataset '{name}' has shape {shape:?}")))
-        }
-    };
     let mut data = ShardData {
         nodes: Vec::new(),
         matrices: Vec::new(),
         walkers: Vec::new(),
         cursor,
     };
-    let read_err = |name: &str, e: hdf5::Error| corrupt(format!("reading '{name}': {e}"));
     if rows > 0 {
-        ds_len("nodes", rows, 0)?;
-        data.nodes = f
-            .dataset("nodes")
-            .and_then(|d| d.read_raw::<u64>())
-            .map_err(|e| read_err("nodes", e))?;
+        data.nodes = f.read::<u64>("nodes", rows, 0)?;
         for m in 0..matrices {
-            let name = format!("rows{m}");
-            ds_len(&name, rows, row_bytes)?;
-            let r = f
-                .dataset(&name)
-                .and_then(|d| d.read_raw::<u8>())
-                .map_err(|e| read_err(&name, e))?;
+            let r = f.read::<u8>(&format!("rows{m}"), rows, row_bytes)?;
             let s = if spr > 0 {
-                let name = format!("state{m}");
-                ds_len(&name, rows, spr)?;
-                f.dataset(&name)
-                    .and_then(|d| d.read_raw::<f32>())
-                    .map_err(|e| read_err(&name, e))?
+                f.read::<f32>(&format!("state{m}"), rows, spr)?
             } else {
                 Vec::new()
             };
@@ -529,21 +546,17 @@ fn read_shard(
     } else {
         data.matrices = vec![(Vec::new(), Vec::new()); matrices];
     }
-    let wb = u("walker_bytes")? as usize;
+    let wb = f.u64("walker_bytes")? as usize;
     if wb > 0 {
-        ds_len("walkers", wb, 0)?;
-        data.walkers = f
-            .dataset("walkers")
-            .and_then(|d| d.read_raw::<u8>())
-            .map_err(|e| read_err("walkers", e))?;
+        data.walkers = f.read::<u8>("walkers", wb, 0)?;
     }
-    if u64::from(data_crc(&data.nodes, &data.matrices, &data.walkers)) != u("crc32")? {
-        return Err(corrupt(
-            "checksum mismatch: the shard was damaged after it was written".into(),
-        ));
+    if u64::from(data_crc(&data.nodes, &data.matrices, &data.walkers)) != f.u64("crc32")? {
+        return Err(
+            f.corrupt("checksum mismatch: the shard was damaged after it was written".into())
+        );
     }
     if let Some(bad) = data.nodes.iter().find(|&&n| n >= num_nodes) {
-        return Err(corrupt(format!("node id {bad} is outside the graph")));
+        return Err(f.corrupt(format!("node id {bad} is outside the graph")));
     }
     Ok(data)
 }

@@ -259,7 +259,7 @@ pub enum EvalCmd {
         test: PathBuf,
         /// dot: e_u . e_v; hadamard: logistic regression on e_u * e_v (node2vec)
         #[arg(long, value_enum, default_value = "dot")]
-        score: crate::linkpred::Score,
+        score: crate::eval::linkpred::Score,
         /// Corrupted pairs each true edge is ranked against (MRR, Hits@k)
         #[arg(long, default_value_t = 100)]
         corrupt: usize,

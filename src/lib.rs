@@ -7,7 +7,6 @@
 pub mod comm;
 pub mod error;
 pub mod graph;
-pub mod linkpred;
 pub mod spmd;
 
 pub use error::{Error, Result};
@@ -18,7 +17,6 @@ pub mod embeddings;
 pub mod estimate;
 pub mod eval;
 pub mod export;
-pub mod kgeval;
 pub mod model;
 pub mod outfile;
 pub mod plan;

@@ -66,18 +66,18 @@ fn main() {
         Some(Command::Eval(EvalCmd::Linkpred {
             ref embeddings,
             ref test,
-            score: graphscale::linkpred::Score::Dot,
+            score: graphscale::eval::linkpred::Score::Dot,
             corrupt,
             seed,
             json,
             ref mpi,
         })) => spmd(mpi, |c| {
             // The dot score runs on every rank of the job (one without mpirun).
-            let r = graphscale::linkpred::link_prediction_distributed(
+            let r = graphscale::eval::linkpred::link_prediction_distributed(
                 c, embeddings, test, corrupt, seed,
             )?;
             if c.rank() == 0 {
-                print_linkpred(&r, graphscale::linkpred::Score::Dot, json);
+                print_linkpred(&r, graphscale::eval::linkpred::Score::Dot, json);
             }
             Ok(())
         }),
@@ -90,7 +90,7 @@ fn main() {
         })) => spmd(mpi, |c| {
             // Ranks score their stripes of the entities (one process without mpirun).
             let t = std::time::Instant::now();
-            let m = graphscale::kgeval::evaluate(c, embeddings, test, filter)?;
+            let m = graphscale::eval::kg::evaluate(c, embeddings, test, filter)?;
             if c.rank() == 0 {
                 print_kg(&m, json, t.elapsed().as_secs_f64());
             }
@@ -374,7 +374,7 @@ fn split_cmd(x: &SplitCmd) -> Result<()> {
     // Both outputs through partial files: the training graph is published only with its test set.
     let s = outfile::write_with(&x.output, |train| {
         outfile::write_with(&x.test, |test| {
-            graphscale::linkpred::split(&x.graph, x.test_fraction, x.seed, train, test)
+            graphscale::eval::linkpred::split(&x.graph, x.test_fraction, x.seed, train, test)
         })
     })?;
     println!(
@@ -391,8 +391,8 @@ fn split_cmd(x: &SplitCmd) -> Result<()> {
 }
 
 fn print_linkpred(
-    r: &graphscale::linkpred::LinkResult,
-    score: graphscale::linkpred::Score,
+    r: &graphscale::eval::linkpred::LinkResult,
+    score: graphscale::eval::linkpred::Score,
     json: bool,
 ) {
     if json {
@@ -405,7 +405,7 @@ fn print_linkpred(
     }
 }
 
-fn print_kg(m: &graphscale::kgeval::KgMetrics, json: bool, secs: f64) {
+fn print_kg(m: &graphscale::eval::kg::KgMetrics, json: bool, secs: f64) {
     if json {
         println!("{}", serde_json::to_string(m).expect("metrics serialize"));
     } else {
@@ -428,8 +428,9 @@ fn eval_cmd(e: &EvalCmd) -> Result<()> {
     } = e
     {
         let (rows, dim, data) = graphscale::embeddings::read_embeddings(embeddings)?;
-        let t = graphscale::linkpred::read_test(test, rows)?;
-        let r = graphscale::linkpred::link_prediction(&data, dim, &t, *score, *corrupt, *seed);
+        let t = graphscale::eval::linkpred::read_test(test, rows)?;
+        let r =
+            graphscale::eval::linkpred::link_prediction(&data, dim, &t, *score, *corrupt, *seed);
         print_linkpred(&r, *score, *json);
         return Ok(());
     }

@@ -340,131 +340,192 @@ pub fn uses_per_pair(rates: &Rates, batch: f64) -> f64 {
 
 /// Both strategies' plans for `job` at `rates`.
 pub fn plan(job: &Job, rates: &Rates) -> Result<(f64, Vec<Plan>)> {
-    use crate::estimate::{rank_estimate, sampler_bytes};
     check(job)?;
-    let (n, d, p) = (job.nodes, job.dim as f64, job.ranks as f64);
-    let machines = (p / job.ranks_per_node as f64).ceil();
-    let matrices = if job.model == Model::Line && job.order == 1 {
-        1.0
-    } else {
-        2.0
-    };
-    let state = job.optimizer.state_per_row(job.dim) as f64 * 4.0;
-    let rows = (n / p).ceil();
-    let entries = (job.edges * if job.directed { 1.0 } else { 2.0 } / p).ceil();
-    // The CSR: offsets, targets in 4 bytes when ids fit, prefix sums of weights; walks on
-    // several ranks per node map it in node-shared windows (no second copy).
-    let target = if n <= u32::MAX as f64 { 4.0 } else { 8.0 };
-    let weights = if job.weighted { 4.0 } else { 0.0 };
-    let adjacency = (rows + 1.0) * 8.0 + entries * (target + weights);
-    let samplers = sampler_bytes(
-        job.model,
-        job.batch_size as u64,
-        rows as u64,
-        entries as u64,
-        job.weighted,
-    ) as f64;
-    let edges_per_rank = (job.edges / p).ceil() as u64;
-    let estimate = |storage: f64| -> f64 {
-        rank_estimate(
-            job.process as u64,
-            adjacency as u64,
-            edges_per_rank,
+    let c = Common::new(job, rates);
+    let mut out = vec![c.sharded()];
+    out.extend(c.replicated());
+    Ok((c.pairs, out))
+}
+
+/// What every strategy's plan shares: the job's sizes per rank and its time model.
+struct Common<'a> {
+    job: &'a Job,
+    rates: &'a Rates,
+    /// Nodes, dimension, ranks, machines, matrices.
+    n: f64,
+    d: f64,
+    p: f64,
+    machines: f64,
+    matrices: f64,
+    /// Rows per rank and their optimizer state's bytes per row.
+    rows: f64,
+    state: f64,
+    adjacency: f64,
+    samplers: f64,
+    pairs: f64,
+    steps: f64,
+    pairs_rank: f64,
+    /// The pool's CPU seconds per rank and epoch, the cores per rank and the pool's share.
+    compute: f64,
+    cores: f64,
+    pool: f64,
+}
+
+impl<'a> Common<'a> {
+    fn new(job: &'a Job, rates: &'a Rates) -> Common<'a> {
+        use crate::estimate::sampler_bytes;
+        let (n, d, p) = (job.nodes, job.dim as f64, job.ranks as f64);
+        let rows = (n / p).ceil();
+        let entries = (job.edges * if job.directed { 1.0 } else { 2.0 } / p).ceil();
+        // The CSR: offsets, targets in 4 bytes when ids fit, prefix sums of weights; walks on
+        // several ranks per node map it in node-shared windows (no second copy).
+        let target = if n <= u32::MAX as f64 { 4.0 } else { 8.0 };
+        let weights = if job.weighted { 4.0 } else { 0.0 };
+        let pairs = match job.model {
+            Model::Line => job.line_samples * job.edges,
+            _ => n * job.walks_per_node * job.walk_length * rates.pairs_per_token,
+        };
+        let pairs_rank = pairs / p;
+        let cores = (job.cores_per_node / job.ranks_per_node as f64).max(1e-3);
+        Common {
+            job,
+            rates,
+            n,
+            d,
+            p,
+            machines: (p / job.ranks_per_node as f64).ceil(),
+            matrices: if job.model == Model::Line && job.order == 1 {
+                1.0
+            } else {
+                2.0
+            },
+            rows,
+            state: job.optimizer.state_per_row(job.dim) as f64 * 4.0,
+            adjacency: (rows + 1.0) * 8.0 + entries * (target + weights),
+            samplers: sampler_bytes(
+                job.model,
+                job.batch_size as u64,
+                rows as u64,
+                entries as u64,
+                job.weighted,
+            ) as f64,
+            pairs,
+            steps: (pairs / job.batch_size).ceil().max(1.0),
+            pairs_rank,
+            compute: pairs_rank / (rates.pairs_per_thread_second * rates.dim_at as f64 / d),
+            cores,
+            pool: (job.threads as f64).min(cores),
+        }
+    }
+
+    /// The printed memory estimate of a rank holding `storage` bytes of rows and state.
+    fn estimate(&self, storage: f64) -> f64 {
+        crate::estimate::rank_estimate(
+            self.job.process as u64,
+            self.adjacency as u64,
+            (self.job.edges / self.p).ceil() as u64,
             storage as u64,
-            samplers as u64,
+            self.samplers as u64,
             true,
         ) as f64
-    };
-    let pairs = match job.model {
-        Model::Line => job.line_samples * job.edges,
-        _ => n * job.walks_per_node * job.walk_length * rates.pairs_per_token,
-    };
-    let steps = (pairs / job.batch_size).ceil().max(1.0);
-    let pairs_rank = pairs / p;
-    let per_rank_step = job.batch_size / p;
-    // CPU seconds per rank and epoch, and the cores they run on.
-    let compute = pairs_rank / (rates.pairs_per_thread_second * rates.dim_at as f64 / d);
-    let cores = (job.cores_per_node / job.ranks_per_node as f64).max(1e-3);
-    let pool = (job.threads as f64).min(cores);
-    let busy = |main: f64| (compute / pool).max((compute + main) / cores);
-    // The replicated step does not overlap: the pool computes, then the main thread gathers and
-    // applies.
-    let serial = |main: f64| (compute / pool + main).max((compute + main) / cores);
-    let per_node_share = job.ranks_per_node.min(job.ranks) as f64;
-    let net = |bytes_per_rank_step: f64| -> f64 {
-        if machines <= 1.0 {
+    }
+
+    /// Seconds of a step whose main thread work overlaps the pool's.
+    fn busy(&self, main: f64) -> f64 {
+        (self.compute / self.pool).max((self.compute + main) / self.cores)
+    }
+
+    /// The replicated step does not overlap: the pool computes, then the main thread gathers
+    /// and applies.
+    fn serial(&self, main: f64) -> f64 {
+        (self.compute / self.pool + main).max((self.compute + main) / self.cores)
+    }
+
+    /// Network seconds per epoch of `bytes_per_rank_step`.
+    fn net(&self, bytes_per_rank_step: f64) -> f64 {
+        if self.machines <= 1.0 {
             return 0.0;
         }
         // One all-to-all (or all-gather) per step: a message to every other rank, and the
         // node's ranks share its link.
-        steps * (job.latency * (p - 1.0) + bytes_per_rank_step * per_node_share / job.bandwidth)
-    };
-    let mut out = Vec::new();
+        let job = self.job;
+        let per_node_share = job.ranks_per_node.min(job.ranks) as f64;
+        self.steps
+            * (job.latency * (self.p - 1.0) + bytes_per_rank_step * per_node_share / job.bandwidth)
+    }
 
-    // Sharded.
-    let remote = (machines - 1.0) / machines;
-    let wb = crate::config::wire_row_bytes(job.dim, job.wire_bytes) as f64;
-    let clock = default_cache_refresh(job.ranks as u64) as f64;
-    let bytes_rank = sharded_bytes(
-        rates,
-        [pairs_rank, steps],
-        remote,
-        n * matrices * remote,
-        clock,
-        wb,
-    );
-    let cache = if machines > 1.0 {
-        rows * matrices * d * 8.0
-    } else {
-        0.0
-    };
-    let comm = net(bytes_rank / steps);
-    let main = pairs_rank * rates.main_seconds_per_pair + bytes_rank * rates.main_seconds_per_byte;
-    let emb = rows * d * job.dtype_bytes as f64 * matrices;
-    let opt = rows * state * matrices;
-    out.push(finish(
-        job,
-        "sharded",
-        [emb, opt, adjacency, cache, samplers],
-        estimate(emb + opt + cache),
-        bytes_rank / steps,
-        steps,
-        [compute, main, comm],
-        busy(main).max(main + comm),
-    ));
+    /// The rank's rows (in `--dtype`) and their optimizer state.
+    fn storage(&self) -> (f64, f64) {
+        let (rows, m) = (self.rows, self.matrices);
+        (
+            rows * self.d * self.job.dtype_bytes as f64 * m,
+            rows * self.state * m,
+        )
+    }
 
-    // Replicated: every rank holds a f32 copy of every row besides its shard; the sync follows
-    // the step.
-    let replica = n * d * 4.0 * matrices;
-    let sparse = per_rank_step * rates.replicated_rows_per_pair * (8.0 + 4.0 * d) * (p - 1.0);
-    let comm = net(sparse);
-    let main = pairs_rank * rates.replicated_main_seconds_per_pair
-        + sparse * steps * rates.replicated_main_seconds_per_byte;
-    out.push(finish(
-        job,
-        "replicated-sparse",
-        [emb + replica, opt, adjacency, 0.0, samplers],
-        estimate(emb + replica + opt),
-        sparse,
-        steps,
-        [compute, main, comm],
-        serial(main) + comm,
-    ));
-    let dense = 2.0 * (p - 1.0) / p * n * d * 4.0 * matrices;
-    let comm = net(dense);
-    let main = pairs_rank * rates.replicated_main_seconds_per_pair
-        + dense * steps * rates.replicated_main_seconds_per_byte;
-    out.push(finish(
-        job,
-        "replicated-dense",
-        [emb + replica, opt, adjacency, replica, samplers],
-        estimate(emb + 2.0 * replica + opt),
-        dense,
-        steps,
-        [compute, main, comm],
-        serial(main) + comm,
-    ));
-    Ok((pairs, out))
+    fn sharded(&self) -> Plan {
+        let (job, rates, steps) = (self.job, self.rates, self.steps);
+        let remote = (self.machines - 1.0) / self.machines;
+        let wb = crate::config::wire_row_bytes(job.dim, job.wire_bytes) as f64;
+        let clock = default_cache_refresh(job.ranks as u64) as f64;
+        let bytes_rank = sharded_bytes(
+            rates,
+            [self.pairs_rank, steps],
+            remote,
+            self.n * self.matrices * remote,
+            clock,
+            wb,
+        );
+        let cache = if self.machines > 1.0 {
+            self.rows * self.matrices * self.d * 8.0
+        } else {
+            0.0
+        };
+        let comm = self.net(bytes_rank / steps);
+        let main = self.pairs_rank * rates.main_seconds_per_pair
+            + bytes_rank * rates.main_seconds_per_byte;
+        let (emb, opt) = self.storage();
+        finish(
+            job,
+            "sharded",
+            [emb, opt, self.adjacency, cache, self.samplers],
+            self.estimate(emb + opt + cache),
+            bytes_rank / steps,
+            steps,
+            [self.compute, main, comm],
+            self.busy(main).max(main + comm),
+        )
+    }
+
+    /// Replicated: every rank holds a f32 copy of every row besides its shard; the sync
+    /// follows the step (sparse rows, or the dense all-reduce).
+    fn replicated(&self) -> [Plan; 2] {
+        let (job, rates, steps, p, d) = (self.job, self.rates, self.steps, self.p, self.d);
+        let (emb, opt) = self.storage();
+        let replica = self.n * d * 4.0 * self.matrices;
+        let per_rank_step = job.batch_size / p;
+        let sparse = per_rank_step * rates.replicated_rows_per_pair * (8.0 + 4.0 * d) * (p - 1.0);
+        let dense = 2.0 * (p - 1.0) / p * self.n * d * 4.0 * self.matrices;
+        let one = |name: &str, bytes: f64, grads: f64| {
+            let comm = self.net(bytes);
+            let main = self.pairs_rank * rates.replicated_main_seconds_per_pair
+                + bytes * steps * rates.replicated_main_seconds_per_byte;
+            finish(
+                job,
+                name,
+                [emb + replica, opt, self.adjacency, grads, self.samplers],
+                self.estimate(emb + (replica + grads) + opt),
+                bytes,
+                steps,
+                [self.compute, main, comm],
+                self.serial(main) + comm,
+            )
+        };
+        [
+            one("replicated-sparse", sparse, 0.0),
+            one("replicated-dense", dense, replica),
+        ]
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -531,19 +592,9 @@ fn check(job: &Job) -> Result<()> {
     }
 }
 
-/// The plan as text: a table per strategy, then the verdict.
-pub fn render(job: &Job, rates: &Rates, pairs: f64, plans: &[Plan]) -> String {
-    use std::fmt::Write as _;
-    let h = |b: f64| human_bytes(b.max(0.0) as u64);
-    let machines = (job.ranks as f64 / job.ranks_per_node as f64).ceil();
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "graphscale plan: {:.3e} nodes, {:.3e} edges, dim {}, {} ranks on {} nodes ({} per node, {} threads each); {:.3e} pairs per epoch in {:.0} steps",
-        job.nodes, job.edges, job.dim, job.ranks, machines, job.ranks_per_node, job.threads, pairs, plans[0].steps_per_epoch
-    );
-    let _ = writeln!(
-        o,
+/// The rates a plan was computed at, as one line.
+fn rates_line(rates: &Rates) -> String {
+    format!(
         "rates: {:.2e} pairs per pool CPU second at dim {}, {:.2} pairs per token; main thread {:.0} ns per pair and {:.1} ns per byte sent (replicated: {:.0} ns, {:.1} ns); sharded cache: {:.2} remote row uses per pair at {:.0} pairs per rank and step (a batch's distinct rows grow as pairs^{:.2}; at most {:.2} per pair), {:.2} of remote rows read, re-reads {:.2} / clock of uses; {:.3} walker crossings per pair, {:.0} B each; {:.2} rows per pair (replicated); {}",
         rates.pairs_per_thread_second,
         rates.dim_at,
@@ -562,7 +613,52 @@ pub fn render(job: &Job, rates: &Rates, pairs: f64, plans: &[Plan]) -> String {
         rates.bytes_per_crossing,
         rates.replicated_rows_per_pair,
         rates.source
+    )
+}
+
+/// A note when the sharded plan's communication is latency-bound: what a larger batch buys.
+fn latency_note(job: &Job, p0: &Plan, machines: f64) -> Option<String> {
+    let steps = p0.steps_per_epoch;
+    let latency = steps * job.latency * (job.ranks as f64 - 1.0);
+    if !(machines > 1.0
+        && latency > 0.5 * p0.communication_seconds_per_epoch
+        && latency > p0.compute_seconds_per_epoch)
+    {
+        return None;
+    }
+    // What a larger batch buys: latency falls as 1/batch, the main thread's per-pair and
+    // per-byte work does not, so the saving is stated against the whole epoch.
+    Some(format!(
+        "note: the sharded strategy's communication is latency-bound: {:.0} of its {:.0} network seconds per epoch are message latency ({:.0} pairs per rank and step); --batch-size {:.0} (4x) would save up to {:.0} of the {:.0} s per epoch{}",
+        latency,
+        p0.communication_seconds_per_epoch,
+        job.batch_size / job.ranks as f64,
+        job.batch_size * 4.0,
+        0.75 * latency,
+        p0.seconds_per_epoch,
+        if p0.main_seconds_per_epoch > 0.5 * p0.seconds_per_epoch {
+            format!(
+                "; the main thread's own work ({:.0} s) stays",
+                p0.main_seconds_per_epoch
+            )
+        } else {
+            String::new()
+        }
+    ))
+}
+
+/// The plan as text: a table per strategy, then the verdict.
+pub fn render(job: &Job, rates: &Rates, pairs: f64, plans: &[Plan]) -> String {
+    use std::fmt::Write as _;
+    let h = |b: f64| human_bytes(b.max(0.0) as u64);
+    let machines = (job.ranks as f64 / job.ranks_per_node as f64).ceil();
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "graphscale plan: {:.3e} nodes, {:.3e} edges, dim {}, {} ranks on {} nodes ({} per node, {} threads each); {:.3e} pairs per epoch in {:.0} steps",
+        job.nodes, job.edges, job.dim, job.ranks, machines, job.ranks_per_node, job.threads, pairs, plans[0].steps_per_epoch
     );
+    let _ = writeln!(o, "{}", rates_line(rates));
     let _ = writeln!(
         o,
         "cores: {} per node ({:.2} per rank for {} compute threads and the main thread)",
@@ -623,33 +719,8 @@ pub fn render(job: &Job, rates: &Rates, pairs: f64, plans: &[Plan]) -> String {
             }
         }
     }
-    let steps = plans[0].steps_per_epoch;
-    let latency = steps * job.latency * (job.ranks as f64 - 1.0);
-    if machines > 1.0
-        && latency > 0.5 * plans[0].communication_seconds_per_epoch
-        && latency > plans[0].compute_seconds_per_epoch
-    {
-        // What a larger batch buys: latency falls as 1/batch, the main thread's per-pair and
-        // per-byte work does not, so the saving is stated against the whole epoch.
-        let p0 = &plans[0];
-        let _ = writeln!(
-            o,
-            "note: the sharded strategy's communication is latency-bound: {:.0} of its {:.0} network seconds per epoch are message latency ({:.0} pairs per rank and step); --batch-size {:.0} (4x) would save up to {:.0} of the {:.0} s per epoch{}",
-            latency,
-            p0.communication_seconds_per_epoch,
-            job.batch_size / job.ranks as f64,
-            job.batch_size * 4.0,
-            0.75 * latency,
-            p0.seconds_per_epoch,
-            if p0.main_seconds_per_epoch > 0.5 * p0.seconds_per_epoch {
-                format!(
-                    "; the main thread's own work ({:.0} s) stays",
-                    p0.main_seconds_per_epoch
-                )
-            } else {
-                String::new()
-            }
-        );
+    if let Some(note) = latency_note(job, &plans[0], machines) {
+        let _ = writeln!(o, "{note}");
     }
     let _ = writeln!(
         o,

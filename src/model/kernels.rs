@@ -1,7 +1,11 @@
-//! The dense f32 kernels of skip-gram's blocks: dot products of one row against up to 6 rows,
-//! their fused update, and combinations of rows, with an AVX2/FMA path (chosen at compile time,
-//! `target_feature`) and a portable one that gives the same values up to rounding order. The
-//! algorithm that uses them is `sgns`.
+//! The models' dense f32 kernels, in one place: skip-gram's blocks (dot products of one row
+//! against up to 6 rows, their fused update, and combinations of rows) with an AVX2/FMA path
+//! (chosen at compile time, `target_feature`) and a portable one that gives the same values up
+//! to rounding order; and the knowledge-graph losses' lane-wise sums, maxima and exponentials
+//! (8 lanes through `wide`, which picks the instruction set). The algorithms that use them are
+//! `sgns` and `kge`; the 16-bit rows' conversions, moves of shared rows, are in `cells`.
+
+use wide::f32x8;
 
 /// `$go!(N)` for the literal N from 1 to 6 equal to `$n` (6 for anything larger): the const
 /// width of a block kernel chosen at run time.
@@ -394,4 +398,59 @@ pub(super) fn combine<const N: usize>(g: [f32; N], rows: [&[f32]; N], out: &mut 
             *o = fmadd(*gt, r[c], *o);
         }
     }
+}
+
+/// `sum_k f([s_0[k], s_1[k], ...])` over the slices `s` (the length of the first), summed in 8
+/// independent lanes over whole chunks (a float sum in one accumulator is a serial chain the
+/// compiler may not reorder; eight lanes over fixed-size chunks vectorise).
+#[inline(always)]
+pub(super) fn sum8<const N: usize>(s: [&[f32]; N], f: impl Fn([f32; N]) -> f32) -> f32 {
+    let n = s[0].len();
+    let s: [&[f32]; N] = std::array::from_fn(|i| &s[i][..n]);
+    let whole = n - n % 8;
+    let mut acc = [0f32; 8];
+    for base in (0..whole).step_by(8) {
+        let c: [&[f32; 8]; N] =
+            std::array::from_fn(|i| s[i][base..base + 8].try_into().expect("8 floats"));
+        for (l, a) in acc.iter_mut().enumerate() {
+            *a += f(std::array::from_fn(|i| c[i][l]));
+        }
+    }
+    let rest: f32 = (whole..n)
+        .map(|k| f(std::array::from_fn(|i| s[i][k])))
+        .sum();
+    acc.iter().sum::<f32>() + rest
+}
+
+/// The largest of `init` and `xs` (8 lanes; NEG_INFINITY entries are skipped ones).
+pub(super) fn max8(init: f32, xs: &[f32]) -> f32 {
+    let mut lanes = f32x8::splat(init);
+    let chunks = xs.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        lanes = lanes.max(f32x8::new(c.try_into().expect("8 lanes")));
+    }
+    tail.iter()
+        .copied()
+        .fold(lanes.to_array().into_iter().fold(init, f32::max), f32::max)
+}
+
+/// `out[i] = exp(a * (xs[i] - m))` in 8 lanes (a NEG_INFINITY entry, a skipped negative, gives
+/// 0); returns their sum. `m` is the largest entry, so nothing overflows.
+pub(super) fn exp_shifted(a: f32, m: f32, xs: &[f32], out: &mut [f32]) -> f32 {
+    let (va, vm) = (f32x8::splat(a), f32x8::splat(m));
+    let mut sum = f32x8::ZERO;
+    let (xc, oc) = (xs.chunks_exact(8), out.chunks_exact_mut(8));
+    let (xt, rest) = (xc.remainder(), xc.len() * 8);
+    for (x, o) in xc.zip(oc) {
+        let e = (va * (f32x8::new(x.try_into().expect("8 lanes")) - vm)).exp();
+        o.copy_from_slice(&e.to_array());
+        sum += e;
+    }
+    let mut z = sum.reduce_add();
+    for (o, &x) in out[rest..].iter_mut().zip(xt) {
+        *o = (a * (x - m)).exp();
+        z += *o;
+    }
+    z
 }

@@ -27,6 +27,20 @@ pub(super) fn coin(n: u64) -> bool {
     (z ^ (z >> 31)) >> 63 == 1
 }
 
+/// A planned batch's references to this node's rows and to other nodes' (every reference: a row
+/// may be read by several pairs).
+fn count_references<P: model::Plan>(planned: &P) -> (u64, u64) {
+    let (mut local, mut remote) = (0u64, 0u64);
+    for &r in planned.references().into_iter().flatten() {
+        if r & model::REMOTE == 0 {
+            local += 1;
+        } else if r != model::SKIP {
+            remote += 1;
+        }
+    }
+    (local, remote)
+}
+
 impl<M: model::Model> Trainer<'_, M> {
     /// `--update hogwild`: plan the batch (only remote rows get slots), finish the previous
     /// batch, fetch the remote rows, and launch this batch's in-place updates on the pool. The
@@ -70,15 +84,7 @@ impl<M: model::Model> Trainer<'_, M> {
         };
         let planned = self.model.plan(work, &self.neg, &mut self.rng, &mut refer);
         self.m.remote_uses_half += half.iter().filter(|&&h| h).count() as u64;
-        // Rows read in place: every reference to this node (a row may be read by several pairs).
-        let (mut local, mut remote) = (0u64, 0u64);
-        for &r in planned.references().into_iter().flatten() {
-            if r & model::REMOTE == 0 {
-                local += 1;
-            } else if r != model::SKIP {
-                remote += 1;
-            }
-        }
+        let (local, remote) = count_references(&planned);
         self.m.local_rows += local;
         self.m.remote_refs += remote;
         self.m.seconds.sample += t.secs();

@@ -143,7 +143,7 @@ impl<M: model::Model> Trainer<'_, M> {
         let Some(r) = self.model.ranking() else {
             return;
         };
-        let emb = crate::kgeval::KgEmbeddings {
+        let emb = crate::eval::kg::KgEmbeddings {
             score: r.score,
             gamma: r.gamma,
             entities: self.g.num_nodes() as usize,
@@ -154,7 +154,7 @@ impl<M: model::Model> Trainer<'_, M> {
             relations: r.relations,
             rel_dim: r.rel_dim,
         };
-        let m = crate::kgeval::rank_distributed(self.comm, &emb, valid, known);
+        let m = crate::eval::kg::rank_distributed(self.comm, &emb, valid, known);
         self.m.valid.push([f64::from(epoch), m.mrr, m.hits10]);
         if self.comm.rank() == 0 {
             eprintln!(

@@ -21,10 +21,15 @@
 use std::sync::Arc;
 
 use rand::RngExt;
-use wide::f32x8;
 
+mod score;
+
+use score::Psi;
+pub use score::{Ranking, Score};
+
+use super::kernels::{exp_shifted, max8};
 use super::{Cells, Grads, Model, Plan, Work, SKIP};
-use crate::config::{KgLoss, Model as Kind, NegSampling, NegativesFrom, Reg, TrainConfig};
+use crate::config::{KgLoss, NegSampling, NegativesFrom, Reg, TrainConfig};
 use crate::error::{Error, Result};
 use crate::graph::triples::TripleFile;
 use crate::graph::LocalGraph;
@@ -33,477 +38,6 @@ use crate::sample::Rng;
 
 /// The first bytes of a knowledge-graph model's checkpointed state.
 const KG_STATE_MAGIC: &[u8; 4] = b"KGST";
-
-/// What ranks triples besides the entity rows: the score function, its margin (TransE, RotatE)
-/// and the relations (`rel_dim` values each), as a trained model holds them.
-#[derive(Clone, Debug)]
-pub struct Ranking {
-    pub score: Score,
-    pub gamma: f32,
-    pub relations: Vec<f32>,
-    pub rel_dim: usize,
-}
-
-/// A knowledge-graph score function.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Score {
-    DistMult,
-    ComplEx,
-    TransE,
-    RotatE,
-}
-
-impl Score {
-    pub fn of(kind: Kind) -> Option<Score> {
-        match kind {
-            Kind::Distmult => Some(Score::DistMult),
-            Kind::Complex => Some(Score::ComplEx),
-            Kind::Transe => Some(Score::TransE),
-            Kind::Rotate => Some(Score::RotatE),
-            Kind::Deepwalk | Kind::Node2vec | Kind::Line => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Score::DistMult => "distmult",
-            Score::ComplEx => "complex",
-            Score::TransE => "transe",
-            Score::RotatE => "rotate",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Score> {
-        [
-            Score::DistMult,
-            Score::ComplEx,
-            Score::TransE,
-            Score::RotatE,
-        ]
-        .into_iter()
-        .find(|s| s.name() == name)
-    }
-
-    /// Floats per relation for entity dimension `dim`: d, or d/2 phases (RotatE).
-    pub fn rel_dim(self, dim: usize) -> usize {
-        match self {
-            Score::RotatE => dim / 2,
-            _ => dim,
-        }
-    }
-
-    /// Whether the coordinates are complex (halves `[re | im]`): N3 then takes moduli.
-    fn complex(self) -> bool {
-        matches!(self, Score::ComplEx | Score::RotatE)
-    }
-
-    /// The score of (h, r, t); `gamma` is the margin of the distance models.
-    #[inline]
-    pub fn score(self, h: &[f32], r: &[f32], t: &[f32], gamma: f32) -> f32 {
-        match self {
-            Score::DistMult => {
-                let mut acc = [0f32; 8];
-                let (ch, cr, ct) = (h.chunks_exact(8), r.chunks_exact(8), t.chunks_exact(8));
-                let rest: f32 = ch
-                    .remainder()
-                    .iter()
-                    .zip(cr.remainder())
-                    .zip(ct.remainder())
-                    .map(|((a, b), c)| a * b * c)
-                    .sum();
-                for ((a, b), c) in ch.zip(cr).zip(ct) {
-                    for l in 0..8 {
-                        acc[l] += a[l] * b[l] * c[l];
-                    }
-                }
-                acc.iter().sum::<f32>() + rest
-            }
-            Score::ComplEx => {
-                let m = h.len() / 2;
-                let (hr, hi) = h.split_at(m);
-                let (rr, ri) = r.split_at(m);
-                let (tr, ti) = t.split_at(m);
-                let mut s = 0f32;
-                for k in 0..m {
-                    s += hr[k] * rr[k] * tr[k] + hi[k] * rr[k] * ti[k] + hr[k] * ri[k] * ti[k]
-                        - hi[k] * ri[k] * tr[k];
-                }
-                s
-            }
-            Score::TransE => {
-                let d: f32 = h
-                    .iter()
-                    .zip(r)
-                    .zip(t)
-                    .map(|((a, b), c)| (a + b - c).abs())
-                    .sum();
-                gamma - d
-            }
-            Score::RotatE => {
-                let m = h.len() / 2;
-                let (hr, hi) = h.split_at(m);
-                let (tr, ti) = t.split_at(m);
-                let mut d = 0f32;
-                for k in 0..m {
-                    let (s, c) = r[k].sin_cos();
-                    let ur = hr[k] * c - hi[k] * s - tr[k];
-                    let ui = hr[k] * s + hi[k] * c - ti[k];
-                    d += (ur * ur + ui * ui).sqrt();
-                }
-                gamma - d
-            }
-        }
-    }
-
-    /// Add `coef` times the gradient of the score of (h, r, t) to `gh`, `gr`, `gt`.
-    #[inline]
-    #[allow(clippy::too_many_arguments)]
-    pub fn add_grad(
-        self,
-        h: &[f32],
-        r: &[f32],
-        t: &[f32],
-        coef: f32,
-        gh: &mut [f32],
-        gr: &mut [f32],
-        gt: &mut [f32],
-    ) {
-        match self {
-            Score::DistMult => {
-                for k in 0..h.len() {
-                    gh[k] += coef * r[k] * t[k];
-                    gr[k] += coef * h[k] * t[k];
-                    gt[k] += coef * h[k] * r[k];
-                }
-            }
-            Score::ComplEx => {
-                let m = h.len() / 2;
-                for k in 0..m {
-                    let (hr, hi, rr, ri, tr, ti) = (h[k], h[m + k], r[k], r[m + k], t[k], t[m + k]);
-                    gh[k] += coef * (rr * tr + ri * ti);
-                    gh[m + k] += coef * (rr * ti - ri * tr);
-                    gr[k] += coef * (hr * tr + hi * ti);
-                    gr[m + k] += coef * (hr * ti - hi * tr);
-                    gt[k] += coef * (hr * rr - hi * ri);
-                    gt[m + k] += coef * (hi * rr + hr * ri);
-                }
-            }
-            Score::TransE => {
-                for k in 0..h.len() {
-                    let v = h[k] + r[k] - t[k];
-                    let s = if v > 0.0 {
-                        1.0
-                    } else if v < 0.0 {
-                        -1.0
-                    } else {
-                        0.0
-                    };
-                    gh[k] -= coef * s;
-                    gr[k] -= coef * s;
-                    gt[k] += coef * s;
-                }
-            }
-            Score::RotatE => {
-                let m = h.len() / 2;
-                for k in 0..m {
-                    let (hr, hi, tr, ti) = (h[k], h[m + k], t[k], t[m + k]);
-                    let (s, c) = r[k].sin_cos();
-                    let ur = hr * c - hi * s - tr;
-                    let ui = hr * s + hi * c - ti;
-                    let n = (ur * ur + ui * ui).sqrt();
-                    if n == 0.0 {
-                        continue;
-                    }
-                    let (a, b) = (ur / n, ui / n);
-                    gh[k] -= coef * (a * c + b * s);
-                    gh[m + k] += coef * (a * s - b * c);
-                    gt[k] += coef * a;
-                    gt[m + k] += coef * b;
-                    gr[k] -= coef * (a * (-hr * s - hi * c) + b * (hr * c - hi * s));
-                }
-            }
-        }
-    }
-
-    /// The regulariser of one factor `x` (an entity row or a relation row) and its gradient,
-    /// times `w`, added to `g`: N3 `sum |x|^3` (moduli of complex coordinates) or L2 `sum x^2`.
-    /// RotatE's phases are not regularised.
-    fn add_reg(self, reg: Reg, x: &[f32], w: f32, g: &mut [f32], relation: bool) -> f64 {
-        if w == 0.0 || reg == Reg::None || (relation && self == Score::RotatE) {
-            return 0.0;
-        }
-        let mut loss = 0f64;
-        match reg {
-            Reg::None => {}
-            Reg::L2 => {
-                for (gi, &xi) in g.iter_mut().zip(x) {
-                    loss += f64::from(xi * xi);
-                    *gi += 2.0 * w * xi;
-                }
-            }
-            Reg::N3 if self.complex() => {
-                let m = x.len() / 2;
-                for k in 0..m {
-                    let (a, b) = (x[k], x[m + k]);
-                    let n = (a * a + b * b).sqrt();
-                    loss += f64::from(n * n * n);
-                    g[k] += 3.0 * w * n * a;
-                    g[m + k] += 3.0 * w * n * b;
-                }
-            }
-            Reg::N3 => {
-                for (gi, &xi) in g.iter_mut().zip(x) {
-                    loss += f64::from(xi.abs() * xi * xi);
-                    *gi += 3.0 * w * xi.abs() * xi;
-                }
-            }
-        }
-        loss * f64::from(w)
-    }
-}
-
-/// How a query scores a candidate entity x: every model's score is one of these in a query
-/// q of the known entity and the relation (`Score::query`).
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Psi {
-    /// `q . x` (DistMult; ComplEx, whose real part of a complex product is a dot product of
-    /// the `[re | im]` halves with a sign on one side)
-    Dot,
-    /// `gamma - ||q - x||_1` (TransE)
-    L1,
-    /// `gamma - sum_k |q_k - x_k|` over complex coordinates (RotatE)
-    Moduli,
-}
-
-impl Psi {
-    #[inline]
-    fn score(self, q: &[f32], x: &[f32], gamma: f32) -> f32 {
-        match self {
-            Psi::Dot => super::dot(q, x),
-            Psi::L1 => gamma - sum8([q, x], |[a, b]| (a - b).abs()),
-            Psi::Moduli => {
-                let m = q.len() / 2;
-                let (qr, qi) = q.split_at(m);
-                let (xr, xi) = x[..2 * m].split_at(m);
-                gamma
-                    - sum8([qr, qi, xr, xi], |[qr, qi, xr, xi]| {
-                        let (ur, ui) = (qr - xr, qi - xi);
-                        (ur * ur + ui * ui).sqrt()
-                    })
-            }
-        }
-    }
-
-    /// Add `c` times the score's gradient to `gq` (the query's) and `gx` (the candidate's).
-    #[inline]
-    fn grad(self, q: &[f32], x: &[f32], c: f32, gq: &mut [f32], gx: &mut [f32]) {
-        match self {
-            Psi::Dot => {
-                super::axpy(c, x, gq);
-                super::axpy(c, q, gx);
-            }
-            Psi::L1 => {
-                // The subgradient c sign(q - x) (at q = x, +c: a subgradient too), branch-free
-                // so that it vectorises.
-                let n = q.len();
-                let (x, gq, gx) = (&x[..n], &mut gq[..n], &mut gx[..n]);
-                for k in 0..n {
-                    let sg = c * 1f32.copysign(q[k] - x[k]);
-                    gq[k] -= sg;
-                    gx[k] += sg;
-                }
-            }
-            Psi::Moduli => {
-                // c (q_k - x_k) / |q_k - x_k| per complex coordinate (0 where they coincide),
-                // branch-free over split halves so that it vectorises.
-                let m = q.len() / 2;
-                let (qr, qi) = q.split_at(m);
-                let (xr, xi) = x[..2 * m].split_at(m);
-                let (gqr, gqi) = gq[..2 * m].split_at_mut(m);
-                let (gxr, gxi) = gx[..2 * m].split_at_mut(m);
-                let (qi, xr, xi) = (&qi[..m], &xr[..m], &xi[..m]);
-                let (gqr, gqi, gxr, gxi) =
-                    (&mut gqr[..m], &mut gqi[..m], &mut gxr[..m], &mut gxi[..m]);
-                for k in 0..m {
-                    let (ur, ui) = (qr[k] - xr[k], qi[k] - xi[k]);
-                    let n = (ur * ur + ui * ui).sqrt();
-                    let s = if n > 0.0 { c / n } else { 0.0 };
-                    let (a, b) = (s * ur, s * ui);
-                    gqr[k] -= a;
-                    gqi[k] -= b;
-                    gxr[k] += a;
-                    gxi[k] += b;
-                }
-            }
-        }
-    }
-}
-
-/// `sum_k f([s_0[k], s_1[k], ...])` over the slices `s` (the length of the first), summed in 8
-/// independent lanes over whole chunks (a float sum in one accumulator is a serial chain the
-/// compiler may not reorder; eight lanes over fixed-size chunks vectorise).
-#[inline(always)]
-fn sum8<const N: usize>(s: [&[f32]; N], f: impl Fn([f32; N]) -> f32) -> f32 {
-    let n = s[0].len();
-    let s: [&[f32]; N] = std::array::from_fn(|i| &s[i][..n]);
-    let whole = n - n % 8;
-    let mut acc = [0f32; 8];
-    for base in (0..whole).step_by(8) {
-        let c: [&[f32; 8]; N] =
-            std::array::from_fn(|i| s[i][base..base + 8].try_into().expect("8 floats"));
-        for (l, a) in acc.iter_mut().enumerate() {
-            *a += f(std::array::from_fn(|i| c[i][l]));
-        }
-    }
-    let rest: f32 = (whole..n)
-        .map(|k| f(std::array::from_fn(|i| s[i][k])))
-        .sum();
-    acc.iter().sum::<f32>() + rest
-}
-
-impl Score {
-    fn psi(self) -> Psi {
-        match self {
-            Score::DistMult | Score::ComplEx => Psi::Dot,
-            Score::TransE => Psi::L1,
-            Score::RotatE => Psi::Moduli,
-        }
-    }
-
-    /// The query of the known entity `e` (the head when `tail` is true: candidates are tails;
-    /// otherwise the tail) and relation `r`: the score of candidate x is `psi(q, x)`.
-    /// DistMult h.r / r.t; ComplEx h*r / [Re, -Im] of r*conj(t); TransE h + r / t - r; RotatE
-    /// h*e^(i theta) / t*e^(-i theta).
-    #[inline]
-    fn query(self, tail: bool, e: &[f32], r: &[f32], q: &mut [f32]) {
-        let m = e.len() / 2;
-        match (self, tail) {
-            (Score::DistMult, _) => {
-                for k in 0..e.len() {
-                    q[k] = e[k] * r[k];
-                }
-            }
-            (Score::ComplEx, true) => {
-                for k in 0..m {
-                    let (hr, hi, rr, ri) = (e[k], e[m + k], r[k], r[m + k]);
-                    q[k] = hr * rr - hi * ri;
-                    q[m + k] = hr * ri + hi * rr;
-                }
-            }
-            (Score::ComplEx, false) => {
-                for k in 0..m {
-                    let (tr, ti, rr, ri) = (e[k], e[m + k], r[k], r[m + k]);
-                    q[k] = rr * tr + ri * ti;
-                    q[m + k] = rr * ti - ri * tr;
-                }
-            }
-            (Score::TransE, true) => {
-                for k in 0..e.len() {
-                    q[k] = e[k] + r[k];
-                }
-            }
-            (Score::TransE, false) => {
-                for k in 0..e.len() {
-                    q[k] = e[k] - r[k];
-                }
-            }
-            (Score::RotatE, _) => {
-                for k in 0..m {
-                    let (sn, c) = r[k].sin_cos();
-                    let sn = if tail { sn } else { -sn };
-                    let (a, b) = (e[k], e[m + k]);
-                    q[k] = a * c - b * sn;
-                    q[m + k] = a * sn + b * c;
-                }
-            }
-        }
-    }
-
-    /// Add the query's gradient `g` back to its entity (`ge`) and relation (`gr`).
-    #[inline]
-    fn query_grad(
-        self,
-        tail: bool,
-        e: &[f32],
-        r: &[f32],
-        g: &[f32],
-        ge: &mut [f32],
-        gr: &mut [f32],
-    ) {
-        let m = e.len() / 2;
-        match (self, tail) {
-            (Score::DistMult, _) => {
-                for k in 0..e.len() {
-                    ge[k] += g[k] * r[k];
-                    gr[k] += g[k] * e[k];
-                }
-            }
-            (Score::ComplEx, true) => {
-                for k in 0..m {
-                    let (hr, hi, rr, ri, a, b) = (e[k], e[m + k], r[k], r[m + k], g[k], g[m + k]);
-                    ge[k] += a * rr + b * ri;
-                    ge[m + k] += -a * ri + b * rr;
-                    gr[k] += a * hr + b * hi;
-                    gr[m + k] += -a * hi + b * hr;
-                }
-            }
-            (Score::ComplEx, false) => {
-                for k in 0..m {
-                    let (tr, ti, rr, ri, a, b) = (e[k], e[m + k], r[k], r[m + k], g[k], g[m + k]);
-                    gr[k] += a * tr + b * ti;
-                    gr[m + k] += a * ti - b * tr;
-                    ge[k] += a * rr - b * ri;
-                    ge[m + k] += a * ri + b * rr;
-                }
-            }
-            (Score::TransE, true) => {
-                for k in 0..e.len() {
-                    ge[k] += g[k];
-                    gr[k] += g[k];
-                }
-            }
-            (Score::TransE, false) => {
-                for k in 0..e.len() {
-                    ge[k] += g[k];
-                    gr[k] -= g[k];
-                }
-            }
-            (Score::RotatE, _) => {
-                for k in 0..m {
-                    let (sn, c) = r[k].sin_cos();
-                    let sn = if tail { sn } else { -sn };
-                    let (a, b, x, y) = (g[k], g[m + k], e[k], e[m + k]);
-                    ge[k] += a * c + b * sn;
-                    ge[m + k] += -a * sn + b * c;
-                    // d q / d theta = i q (tail) or -i q (head).
-                    let (qr, qi) = (x * c - y * sn, x * sn + y * c);
-                    let d = -a * qi + b * qr;
-                    gr[k] += if tail { d } else { -d };
-                }
-            }
-        }
-    }
-
-    /// Scores of every candidate row of `cands` (`dim` floats each) for the query of `e` and
-    /// `r` (`tail`: candidates are tails), into `out`.
-    pub fn score_all(
-        self,
-        tail: bool,
-        e: &[f32],
-        r: &[f32],
-        cands: &[f32],
-        gamma: f32,
-        out: &mut [f32],
-    ) {
-        let d = e.len();
-        let mut q = vec![0f32; d];
-        self.query(tail, e, r, &mut q);
-        let psi = self.psi();
-        for (o, x) in out.iter_mut().zip(cands.chunks_exact(d)) {
-            *o = psi.score(&q, x, gamma);
-        }
-    }
-}
 
 /// Loss settings shared by a model and its plans.
 #[derive(Clone, Copy, Debug)]
@@ -764,8 +298,6 @@ impl KgePlan {
         g: &mut [f32],
         gr: &mut [f32],
     ) -> f64 {
-        use ndarray::linalg::general_mat_mul;
-        use ndarray::{ArrayView2, ArrayViewMut2};
         let l = self.loss;
         let (k, rd) = (self.k, self.rel_dim);
         let psi = l.score.psi();
@@ -774,10 +306,6 @@ impl KgePlan {
         let lo = c * self.chunk;
         let hi = (lo + self.chunk).min(self.pos.len());
         let b = hi - lo;
-        let rel = |i: usize| {
-            let ri = self.rels[i] as usize;
-            &self.rel[ri * rd..(ri + 1) * rd]
-        };
         // Skipped negatives are zero rows here and masked out of the loss.
         let mut negm = vec![0f32; k * dim];
         for (dst, &n) in negm.chunks_exact_mut(dim).zip(negs) {
@@ -797,72 +325,19 @@ impl KgePlan {
             for (i, qi) in (lo..hi).zip(q.chunks_exact_mut(dim)) {
                 let [hs, ts] = self.pos[i];
                 l.score
-                    .query(tail, row(if tail { hs } else { ts }), rel(i), qi);
+                    .query(tail, row(if tail { hs } else { ts }), self.rel_of(i), qi);
             }
-            if psi == Psi::Dot {
-                let qv = ArrayView2::from_shape((b, dim), &q).expect("b x d");
-                let nv = ArrayView2::from_shape((k, dim), &negm).expect("k x d");
-                let mut sv = ArrayViewMut2::from_shape((b, k), &mut scores).expect("b x k");
-                general_mat_mul(1.0, &qv, &nv.t(), 0.0, &mut sv);
-            } else {
-                for (qi, si) in q.chunks_exact(dim).zip(scores.chunks_exact_mut(k)) {
-                    for (sij, nj) in si.iter_mut().zip(negm.chunks_exact(dim)) {
-                        *sij = psi.score(qi, nj, l.gamma);
-                    }
-                }
-            }
+            score_negatives(psi, l.gamma, &q, &negm, dim, &mut scores);
             gq.iter_mut().for_each(|x| *x = 0.0);
-            for (x, i) in (lo..hi).enumerate() {
-                let [hs, ts] = self.pos[i];
-                let truth = if tail { ts } else { hs };
-                let qi = &q[x * dim..(x + 1) * dim];
-                let si = &mut scores[x * k..(x + 1) * k];
-                for (sij, &n) in si.iter_mut().zip(negs) {
-                    if n == SKIP || n == truth {
-                        *sij = f32::NEG_INFINITY;
-                    }
-                }
-                let sp = psi.score(qi, row(truth), l.gamma);
-                let ci = &mut coef[x * k..(x + 1) * k];
-                let (lv, cp) = side_loss(l, sp, si, ci);
-                // The triple's weight scales its side's loss, so all of its gradient.
-                let w = self.weights[i];
-                ci.iter_mut().for_each(|c| *c *= w);
-                let cp = cp * w;
-                loss += lv * f64::from(w);
-                let gtruth = if tail { &mut gt } else { &mut gh };
-                psi.grad(
-                    qi,
-                    row(truth),
-                    cp,
-                    &mut gq[x * dim..(x + 1) * dim],
-                    &mut gtruth[x * dim..(x + 1) * dim],
-                );
-            }
-            if psi == Psi::Dot {
-                let qv = ArrayView2::from_shape((b, dim), &q).expect("b x d");
-                let nv = ArrayView2::from_shape((k, dim), &negm).expect("k x d");
-                let cv = ArrayView2::from_shape((b, k), &coef).expect("b x k");
-                let mut gqv = ArrayViewMut2::from_shape((b, dim), &mut gq).expect("b x d");
-                general_mat_mul(1.0, &cv, &nv, 1.0, &mut gqv);
-                let mut gnv = ArrayViewMut2::from_shape((k, dim), &mut gneg).expect("k x d");
-                general_mat_mul(1.0, &cv.t(), &qv, 0.0, &mut gnv);
-            } else {
-                gneg.iter_mut().for_each(|x| *x = 0.0);
-                for (x, qi) in q.chunks_exact(dim).enumerate() {
-                    let gqi = &mut gq[x * dim..(x + 1) * dim];
-                    let ci = &coef[x * k..(x + 1) * k];
-                    for ((&cij, nj), gnj) in ci
-                        .iter()
-                        .zip(negm.chunks_exact(dim))
-                        .zip(gneg.chunks_exact_mut(dim))
-                    {
-                        if cij != 0.0 {
-                            psi.grad(qi, nj, cij, gqi, gnj);
-                        }
-                    }
-                }
-            }
+            let gtruth = if tail { &mut gt } else { &mut gh };
+            let side = Side {
+                tail,
+                lo,
+                negs,
+                q: &q,
+            };
+            loss += self.positive_losses(&side, rows, dim, &mut scores, &mut coef, &mut gq, gtruth);
+            negative_gradients(psi, &q, &negm, &coef, dim, &mut gq, &mut gneg);
             for (&n, gnj) in negs.iter().zip(gneg.chunks_exact(dim)) {
                 if n != SKIP {
                     let dst = &mut g[n as usize * dim..(n as usize + 1) * dim];
@@ -875,14 +350,86 @@ impl KgePlan {
                 l.score.query_grad(
                     tail,
                     row(if tail { hs } else { ts }),
-                    rel(i),
+                    self.rel_of(i),
                     &gq[x * dim..(x + 1) * dim],
                     &mut gknown[x * dim..(x + 1) * dim],
                     &mut grr[x * rd..(x + 1) * rd],
                 );
             }
         }
-        for (x, i) in (lo..hi).enumerate() {
+        loss + self.add_chunk(lo..hi, rows, dim, [&mut gh, &mut gt, &mut grr], g, gr)
+    }
+
+    /// The relation vector of positive `i`.
+    fn rel_of(&self, i: usize) -> &[f32] {
+        let (ri, rd) = (self.rels[i] as usize, self.rel_dim);
+        &self.rel[ri * rd..(ri + 1) * rd]
+    }
+
+    /// One side of a chunk's positives: the loss of each against its negatives' `scores`
+    /// (skipped negatives and the truth itself masked), weighted by its triple's weight; the
+    /// loss gradients per negative into `coef` and the truth's into `gq` and `gtruth`.
+    #[allow(clippy::too_many_arguments)]
+    fn positive_losses(
+        &self,
+        side: &Side,
+        rows: &[f32],
+        dim: usize,
+        scores: &mut [f32],
+        coef: &mut [f32],
+        gq: &mut [f32],
+        gtruth: &mut [f32],
+    ) -> f64 {
+        let (l, k) = (self.loss, self.k);
+        let psi = l.score.psi();
+        let row = |s: u32| &rows[s as usize * dim..(s as usize + 1) * dim];
+        let b = side.q.len() / dim;
+        let mut loss = 0f64;
+        for (x, i) in (side.lo..side.lo + b).enumerate() {
+            let [hs, ts] = self.pos[i];
+            let truth = if side.tail { ts } else { hs };
+            let qi = &side.q[x * dim..(x + 1) * dim];
+            let si = &mut scores[x * k..(x + 1) * k];
+            for (sij, &n) in si.iter_mut().zip(side.negs) {
+                if n == SKIP || n == truth {
+                    *sij = f32::NEG_INFINITY;
+                }
+            }
+            let sp = psi.score(qi, row(truth), l.gamma);
+            let ci = &mut coef[x * k..(x + 1) * k];
+            let (lv, cp) = side_loss(l, sp, si, ci);
+            // The triple's weight scales its side's loss, so all of its gradient.
+            let w = self.weights[i];
+            ci.iter_mut().for_each(|c| *c *= w);
+            let cp = cp * w;
+            loss += lv * f64::from(w);
+            psi.grad(
+                qi,
+                row(truth),
+                cp,
+                &mut gq[x * dim..(x + 1) * dim],
+                &mut gtruth[x * dim..(x + 1) * dim],
+            );
+        }
+        loss
+    }
+
+    /// The chunk's positives' gradients (`[heads, tails, relations]`, one row per positive)
+    /// with their regularisation added into the batch's `g` (rows) and `gr` (relations);
+    /// returns the regularisation's loss.
+    fn add_chunk(
+        &self,
+        span: std::ops::Range<usize>,
+        rows: &[f32],
+        dim: usize,
+        [gh, gt, grr]: [&mut Vec<f32>; 3],
+        g: &mut [f32],
+        gr: &mut [f32],
+    ) -> f64 {
+        let (l, rd) = (self.loss, self.rel_dim);
+        let row = |s: u32| &rows[s as usize * dim..(s as usize + 1) * dim];
+        let mut loss = 0f64;
+        for (x, i) in span.enumerate() {
             let [hs, ts] = self.pos[i];
             let ri = self.rels[i] as usize;
             let (ghx, gtx) = (
@@ -893,7 +440,9 @@ impl KgePlan {
             if l.reg_weight > 0.0 {
                 loss += l.score.add_reg(l.reg, row(hs), l.reg_weight, ghx, false);
                 loss += l.score.add_reg(l.reg, row(ts), l.reg_weight, gtx, false);
-                loss += l.score.add_reg(l.reg, rel(i), l.reg_weight, grx, true);
+                loss += l
+                    .score
+                    .add_reg(l.reg, self.rel_of(i), l.reg_weight, grx, true);
             }
             for (s, v) in [(hs, &*ghx), (ts, &*gtx)] {
                 let dst = &mut g[s as usize * dim..(s as usize + 1) * dim];
@@ -906,37 +455,73 @@ impl KgePlan {
     }
 }
 
-/// The largest of `init` and `xs` (8 lanes; NEG_INFINITY entries are skipped ones).
-fn max8(init: f32, xs: &[f32]) -> f32 {
-    let mut lanes = f32x8::splat(init);
-    let chunks = xs.chunks_exact(8);
-    let tail = chunks.remainder();
-    for c in chunks {
-        lanes = lanes.max(f32x8::new(c.try_into().expect("8 lanes")));
-    }
-    tail.iter()
-        .copied()
-        .fold(lanes.to_array().into_iter().fold(init, f32::max), f32::max)
+/// One side of a chunk (tails corrupted or heads): its first positive, its negatives and its
+/// queries (b x d).
+struct Side<'a> {
+    tail: bool,
+    lo: usize,
+    negs: &'a [u32],
+    q: &'a [f32],
 }
 
-/// `out[i] = exp(a * (xs[i] - m))` in 8 lanes (a NEG_INFINITY entry, a skipped negative, gives
-/// 0); returns their sum. `m` is the largest entry, so nothing overflows.
-fn exp_shifted(a: f32, m: f32, xs: &[f32], out: &mut [f32]) -> f32 {
-    let (va, vm) = (f32x8::splat(a), f32x8::splat(m));
-    let mut sum = f32x8::ZERO;
-    let (xc, oc) = (xs.chunks_exact(8), out.chunks_exact_mut(8));
-    let (xt, rest) = (xc.remainder(), xc.len() * 8);
-    for (x, o) in xc.zip(oc) {
-        let e = (va * (f32x8::new(x.try_into().expect("8 lanes")) - vm)).exp();
-        o.copy_from_slice(&e.to_array());
-        sum += e;
+/// The chunk's `b` queries (b x d) scored against its `k` negatives (k x d) into `scores`
+/// (b x k): one matrix product for the dot-product models, pair by pair for the distances.
+fn score_negatives(psi: Psi, gamma: f32, q: &[f32], negm: &[f32], dim: usize, scores: &mut [f32]) {
+    use ndarray::linalg::general_mat_mul;
+    use ndarray::{ArrayView2, ArrayViewMut2};
+    let (b, k) = (q.len() / dim, negm.len() / dim);
+    if psi == Psi::Dot {
+        let qv = ArrayView2::from_shape((b, dim), q).expect("b x d");
+        let nv = ArrayView2::from_shape((k, dim), negm).expect("k x d");
+        let mut sv = ArrayViewMut2::from_shape((b, k), scores).expect("b x k");
+        general_mat_mul(1.0, &qv, &nv.t(), 0.0, &mut sv);
+    } else {
+        for (qi, si) in q.chunks_exact(dim).zip(scores.chunks_exact_mut(k)) {
+            for (sij, nj) in si.iter_mut().zip(negm.chunks_exact(dim)) {
+                *sij = psi.score(qi, nj, gamma);
+            }
+        }
     }
-    let mut z = sum.reduce_add();
-    for (o, &x) in out[rest..].iter_mut().zip(xt) {
-        *o = (a * (x - m)).exp();
-        z += *o;
+}
+
+/// The gradients through the negatives' scores, given their loss gradients `coef` (b x k):
+/// `gq += C N` and `gneg = C^T Q` (matrix products for the dot-product models).
+fn negative_gradients(
+    psi: Psi,
+    q: &[f32],
+    negm: &[f32],
+    coef: &[f32],
+    dim: usize,
+    gq: &mut [f32],
+    gneg: &mut [f32],
+) {
+    use ndarray::linalg::general_mat_mul;
+    use ndarray::{ArrayView2, ArrayViewMut2};
+    let (b, k) = (q.len() / dim, negm.len() / dim);
+    if psi == Psi::Dot {
+        let qv = ArrayView2::from_shape((b, dim), q).expect("b x d");
+        let nv = ArrayView2::from_shape((k, dim), negm).expect("k x d");
+        let cv = ArrayView2::from_shape((b, k), coef).expect("b x k");
+        let mut gqv = ArrayViewMut2::from_shape((b, dim), gq).expect("b x d");
+        general_mat_mul(1.0, &cv, &nv, 1.0, &mut gqv);
+        let mut gnv = ArrayViewMut2::from_shape((k, dim), gneg).expect("k x d");
+        general_mat_mul(1.0, &cv.t(), &qv, 0.0, &mut gnv);
+    } else {
+        gneg.iter_mut().for_each(|x| *x = 0.0);
+        for (x, qi) in q.chunks_exact(dim).enumerate() {
+            let gqi = &mut gq[x * dim..(x + 1) * dim];
+            let ci = &coef[x * k..(x + 1) * k];
+            for ((&cij, nj), gnj) in ci
+                .iter()
+                .zip(negm.chunks_exact(dim))
+                .zip(gneg.chunks_exact_mut(dim))
+            {
+                if cij != 0.0 {
+                    psi.grad(qi, nj, cij, gqi, gnj);
+                }
+            }
+        }
     }
-    z
 }
 
 /// The loss of one side of a positive with score `sp` against `scores` (NEG_INFINITY:
