@@ -130,7 +130,7 @@ pub struct PlanCmd {
     /// Ranks of the job
     #[arg(long, default_value_t = 1)]
     pub ranks: usize,
-    /// Ranks per node (default: all ranks on one node)
+    /// Ranks per node (default: 1, every rank on its own node)
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub ranks_per_node: Option<u64>,
     /// Graph nodes (1e9 is fine)
@@ -163,8 +163,15 @@ pub struct PlanCmd {
     pub window: f64,
     #[arg(long, default_value_t = 100.0)]
     pub line_samples: f64,
-    #[arg(long, default_value_t = 16384.0)]
-    pub batch_size: f64,
+    /// Pairs per step over all ranks (default: 16384; the walk models' default across nodes
+    /// follows the graph's hub, see --max-degree)
+    #[arg(long)]
+    pub batch_size: Option<f64>,
+    /// The graph's largest degree: across nodes, the walk models' default step is the one
+    /// `train` settles for this hub (`graphscale info` prints it; without it the plan assumes
+    /// 16384 pairs per step and says so)
+    #[arg(long)]
+    pub max_degree: Option<f64>,
     // The job's ranks and ranks per node are the global --ranks and --ranks-per-node.
     /// Compute threads per rank
     #[arg(long, default_value_t = 1)]

@@ -216,7 +216,7 @@ pub struct TrainConfig {
     pub subsample: f64,
     pub batch_size: usize,
     /// No `--batch-size` was given: a walk model across nodes settles it after the load
-    /// ([`crate::train::cache::default_walk_batch`]).
+    /// ([`default_walk_batch`]).
     #[serde(skip)]
     pub batch_size_is_default: bool,
     pub request_batch_size: usize,

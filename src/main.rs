@@ -10,7 +10,7 @@ use graphscale::cli::{
     SelftestCmd, SplitCmd, TrainCmd,
 };
 use graphscale::comm::{local, mpi::MpiComm, Comm};
-use graphscale::config::{RawTrain, TrainConfig};
+use graphscale::config::{Model, RawTrain, TrainConfig};
 use graphscale::error::{Error, Result};
 use graphscale::graph::{csr, generate, h5, text};
 use graphscale::outfile::{self, Out};
@@ -634,6 +634,23 @@ fn train_cmd(comm: &Comm, t: &TrainCmd) -> Result<()> {
     Ok(())
 }
 
+/// The default step of the planned job: `train`'s rule for the walk models across nodes
+/// (the hub's share of the walks: its degree over the sum of degrees), else 16384.
+fn plan_batch(x: &PlanCmd) -> f64 {
+    use graphscale::config::{default_walk_batch, BATCH};
+    // As the plan counts them: one rank per node unless --ranks-per-node says otherwise.
+    let rpn = x.ranks_per_node.unwrap_or(1);
+    let nodes = (x.ranks as u64).div_ceil(rpn);
+    let walks = matches!(x.model, Model::Deepwalk | Model::Node2vec);
+    match x.max_degree {
+        Some(hub) if walks && nodes > 1 => {
+            let degrees = x.edges * if x.directed { 1.0 } else { 2.0 };
+            default_walk_batch(x.ranks, nodes, hub / degrees) as f64
+        }
+        _ => BATCH as f64,
+    }
+}
+
 fn plan_cmd(x: &PlanCmd) -> Result<()> {
     use graphscale::plan::{self, Job, Rates};
     if x.model.is_kg() {
@@ -663,7 +680,7 @@ fn plan_cmd(x: &PlanCmd) -> Result<()> {
         walk_length: x.walk_length,
         window: x.window,
         line_samples: x.line_samples,
-        batch_size: x.batch_size,
+        batch_size: x.batch_size.unwrap_or_else(|| plan_batch(x)),
         ranks: x.ranks,
         ranks_per_node: x.ranks_per_node.map_or(1, |n| n as usize),
         threads: x.threads,
@@ -692,6 +709,13 @@ fn plan_cmd(x: &PlanCmd) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&v).expect("json"));
     } else {
         print!("{}", plan::render(&job, &rates, pairs, &plans));
+        let walks = matches!(x.model, Model::Deepwalk | Model::Node2vec);
+        let machines = job.ranks.div_ceil(job.ranks_per_node);
+        if walks && machines > 1 && x.batch_size.is_none() && x.max_degree.is_none() {
+            println!(
+                "note: planned at 16384 pairs per step; across nodes the walk models' default step follows the graph's largest degree (train prints the step it takes): give --max-degree (graphscale info prints it) to plan that step"
+            );
+        }
     }
     let sharded = &plans[0];
     if !sharded.fits {

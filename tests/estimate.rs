@@ -101,3 +101,54 @@ fn the_printed_estimate_is_within_15_percent_of_peak_rss_at_three_sizes() {
         );
     }
 }
+
+/// `plan` takes the step `train` settles for the walk models across nodes when told the
+/// graph's largest degree (BlogCatalog's sizes: 7,168 pairs per step at 8 nodes, 3,328 at 16,
+/// 16,384 at 4 nodes and on one node), and says when it was not told.
+#[test]
+fn plan_takes_the_walk_step_of_the_hub() {
+    let steps = |ranks: &str, extra: &[&str]| -> (f64, f64, String) {
+        let mut a = vec![
+            "plan", "--nodes", "10312", "--edges", "333983", "--ranks", ranks, "--json",
+        ];
+        a.extend_from_slice(extra);
+        let o = run(60, &a);
+        assert_eq!(o.code, 0, "{}", o.all());
+        let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("plan json");
+        let pairs = v["pairs_per_epoch"].as_f64().expect("pairs");
+        let steps = v["plans"][0]["steps_per_epoch"].as_f64().expect("steps");
+        (pairs, steps, o.all())
+    };
+    let hub = ["--max-degree", "3992"];
+    for (ranks, extra, batch) in [
+        ("8", &hub[..], 7168.0),
+        ("16", &hub[..], 3328.0),
+        ("4", &hub[..], 16384.0),
+        (
+            "16",
+            &["--max-degree", "3992", "--ranks-per-node", "16"][..],
+            16384.0,
+        ),
+        (
+            "16",
+            &["--max-degree", "3992", "--batch-size", "4096"][..],
+            4096.0,
+        ),
+        ("16", &[][..], 16384.0),
+    ] {
+        let (pairs, steps, _) = steps(ranks, extra);
+        assert_eq!(steps, (pairs / batch).ceil(), "{ranks} ranks {extra:?}");
+    }
+    // The note, in the text plan only when the step was assumed.
+    let text = |extra: &[&str]| {
+        let mut a = vec![
+            "plan", "--nodes", "10312", "--edges", "333983", "--ranks", "16",
+        ];
+        a.extend_from_slice(extra);
+        let o = run(60, &a);
+        assert_eq!(o.code, 0, "{}", o.all());
+        o.stdout
+    };
+    assert!(text(&[]).contains("give --max-degree"));
+    assert!(!text(&hub).contains("give --max-degree"));
+}

@@ -4,6 +4,33 @@
 /// The default `--batch-size` of the walk and edge models: pairs per step over all ranks.
 pub const BATCH: usize = 16384;
 
+/// Updates of the hottest row per step made by the nodes that train copies of it (see
+/// [`default_walk_batch`]). Measured on BlogCatalog DeepWalk (docs/performance.md): the gap in
+/// Micro-F1 to one node followed `batch x hub share x (nodes - 1)`, within 0.5 up to about 370
+/// and 0.5-1.4 points at 690-1,480 (8 and 16 simulated nodes at 16,384 pairs per step).
+pub const HUB_UPDATES_PER_STEP: f64 = 300.0;
+
+/// The default `--batch-size` of a walk model trained across `nodes` nodes (every rank keeps
+/// copies of the remote rows its batches touch) by `ranks` ranks. `hub_share` is the hottest
+/// node's share of the walks' tokens (its degree over the sum of degrees: a random walk's
+/// stationary distribution). Within a step the copies of a hub on the other `nodes - 1` nodes
+/// train without seeing each other's updates, about `batch x hub_share` of them per node; the
+/// combination rule (`train::cache::Combine`) makes their sum one machine's step only while that
+/// stays small. So the step is the largest that keeps `batch x hub_share x (nodes - 1)` within
+/// [`HUB_UPDATES_PER_STEP`], at most [`BATCH`] and at least 128 pairs per rank (below that a
+/// step's fixed costs dominate), in multiples of 256. A large graph's hubs take a small share
+/// (a billion nodes: about 1e-5): its batch stays [`BATCH`]; a small dense graph's shrinks
+/// (BlogCatalog, 0.6%: 7,168 pairs per step at 8 nodes, 3,328 at 16, 16,384 up to 4).
+pub fn default_walk_batch(ranks: usize, nodes: u64, hub_share: f64) -> usize {
+    if nodes < 2 || hub_share.is_nan() || hub_share <= 0.0 {
+        return BATCH;
+    }
+    let fits = HUB_UPDATES_PER_STEP / (hub_share * (nodes - 1) as f64);
+    let floor = (128 * ranks).min(BATCH) as f64;
+    let b = fits.clamp(floor, BATCH as f64) as usize;
+    (b / 256 * 256).max(floor as usize).max(1)
+}
+
 /// The default clock of a cached row (`--cache-refresh`, in steps) for a job whose rows are held
 /// by `copies` ranks (every rank keeps its own copies, ranks of one node too, and each trains
 /// `--batch-size / copies` pairs per step): `16 / copies`, at least 1, so that the updates a
@@ -35,3 +62,38 @@ pub const KG_N3: f32 = 0.05;
 /// ComplEx 0.402 at 0.1, 0.439 at 0.5). TransE and RotatE keep Adagrad's 0.1 (RotatE: valid
 /// 0.462).
 pub const KG_ADAGRAD_LR: f32 = 0.5;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The walk models' step across nodes: BlogCatalog's hub (3,992 of 667,966 degree units)
+    /// keeps the default up to 4 nodes and shrinks at 8 and 16; a large graph's hub, one rank
+    /// per node, or a job at 128 pairs per rank keeps its floor.
+    #[test]
+    fn walk_batch_shrinks_with_the_hub_and_the_nodes() {
+        use super::default_walk_batch as b;
+        let blog = 3992.0 / 667_966.0;
+        assert_eq!(b(1, 1, blog), BATCH);
+        assert_eq!(b(2, 2, blog), BATCH);
+        assert_eq!(b(4, 4, blog), BATCH);
+        assert_eq!(b(8, 8, blog), 7168);
+        assert_eq!(b(16, 16, blog), 3328);
+        // The ranks of one node share its rows: nodes decide, ranks set the floor.
+        assert_eq!(b(8, 4, blog), BATCH);
+        assert_eq!(b(80, 10, blog), 128 * 80);
+        assert_eq!(b(1024, 128, blog), BATCH);
+        // A billion nodes, a hub of a million edges among 2e11 degree units.
+        assert_eq!(b(80, 10, 1e6 / 2e11), BATCH);
+        assert_eq!(b(8, 8, 0.0), BATCH);
+        assert_eq!(b(8, 8, f64::NAN), BATCH);
+        // A star: one hub takes half the walks.
+        assert_eq!(b(4, 4, 0.5), 512);
+        for nodes in 2..64u64 {
+            assert!(
+                b(nodes as usize, nodes, blog)
+                    <= b(nodes as usize - 1, nodes - 1, blog).max(128 * nodes as usize)
+            );
+        }
+    }
+}

@@ -236,7 +236,7 @@ pub(super) fn free_bytes(path: &str) -> Option<u64> {
 }
 
 /// `--batch-size` left to its default, a walk model whose ranks train copies of remote rows
-/// across nodes: the step of [`cache::default_walk_batch`] for this graph's hubs
+/// across nodes: the step of [`crate::config::default_walk_batch`] for this graph's hubs
 /// (collective, the same on every rank). `None`: the configuration stands.
 fn settle_walk_batch(comm: &Comm, cfg: &TrainConfig, g: &LocalGraph) -> Option<TrainConfig> {
     let copies = cfg.batch_size_is_default
@@ -254,12 +254,12 @@ fn settle_walk_batch(comm: &Comm, cfg: &TrainConfig, g: &LocalGraph) -> Option<T
         .unwrap_or(0);
     let hub = comm.all_reduce_u64(&[hub], ReduceOp::Max)[0];
     let share = hub as f64 / comm.sum_u64(g.local_entries()).max(1) as f64;
-    let batch = cache::default_walk_batch(comm.size(), nodes, share);
+    let batch = crate::config::default_walk_batch(comm.size(), nodes, share);
     if comm.rank() == 0 && batch != cfg.batch_size {
         eprintln!(
             "graphscale: --batch-size {batch} pairs per step (default at {nodes} nodes: the hottest node takes {:.3}% of the walks, and the copies of its row on the other nodes must not take more than {} updates per step unseen by each other; docs/tuning.md)",
             100.0 * share,
-            cache::HUB_UPDATES_PER_STEP
+            crate::config::HUB_UPDATES_PER_STEP
         );
     }
     Some(TrainConfig {
