@@ -360,6 +360,26 @@ pub struct ConvertCmd {
     /// refused: use --string-ids to make such ids dense)
     #[arg(long, conflicts_with = "string_ids")]
     pub keep_isolated: bool,
+    /// Node features, `node<TAB>column<TAB>value` per nonzero, grouped by node in increasing
+    /// order (dataset `features`, nodes x columns; docs/formats.md)
+    #[arg(long, conflicts_with = "triples")]
+    pub features: Option<PathBuf>,
+    /// Storage type of `features`
+    #[arg(long, value_enum, default_value = "f32", requires = "features")]
+    pub dtype: crate::graph::nodedata::FeatureDtype,
+    /// Node labels, `node<TAB>label` per pair (several lines: multi-label); datasets
+    /// `label_offsets`, `label_ids`
+    #[arg(long, conflicts_with = "triples")]
+    pub labels: Option<PathBuf>,
+    /// The split, `node<TAB>train|valid|test` (dataset `split`); without it, --train-fraction
+    #[arg(long, requires = "labels")]
+    pub split: Option<PathBuf>,
+    /// Without --split: this share of the labelled nodes trains, as many validate, the rest test
+    #[arg(long, requires = "labels", conflicts_with = "split")]
+    pub train_fraction: Option<f64>,
+    /// Seed of the --train-fraction split
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
 }
 
 #[derive(Debug, Subcommand)]

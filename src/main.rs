@@ -237,8 +237,23 @@ fn convert(c: &ConvertCmd) -> Result<()> {
         .input
         .as_ref()
         .expect("clap requires input without --triples");
-    let r = outfile::write_output(&c.output, &[("the input", input)], |tmp| {
-        text::convert(input, tmp, c.directed, c.string_ids, c.keep_isolated)
+    let node_inputs = graphscale::graph::nodedata::Inputs {
+        features: c.features.as_deref(),
+        dtype: c.dtype,
+        labels: c.labels.as_deref(),
+        split: c.split.as_deref(),
+        train_fraction: c.train_fraction,
+        seed: c.seed,
+    };
+    let mut inputs = vec![("the input", input.as_path())];
+    inputs.extend(c.features.as_deref().map(|p| ("--features", p)));
+    inputs.extend(c.labels.as_deref().map(|p| ("--labels", p)));
+    inputs.extend(c.split.as_deref().map(|p| ("--split", p)));
+    let mut added = None;
+    let r = outfile::write_output(&c.output, &inputs, |tmp| {
+        let r = text::convert(input, tmp, c.directed, c.string_ids, c.keep_isolated)?;
+        added = Some(graphscale::graph::nodedata::add(tmp, &node_inputs)?);
+        Ok(r)
     })?;
     let secs = t.elapsed().as_secs_f64();
     println!(
@@ -256,6 +271,25 @@ fn convert(c: &ConvertCmd) -> Result<()> {
             "note: {} of the {} rows have no edge (integer ids never used); they keep their random initial vectors",
             r.isolated, r.num_nodes
         );
+    }
+    if let Some(a) = added {
+        if let Some(f) = a.features {
+            println!(
+                "features: {} columns, {} nonzeros on {} nodes ({:?})",
+                f.columns, f.nonzeros, f.nodes, c.dtype
+            );
+        }
+        if c.labels.is_some() {
+            println!(
+                "labels: {} classes on {} nodes{}{}",
+                a.num_classes,
+                a.labelled,
+                if a.multilabel { " (multi-label)" } else { "" },
+                a.split.map_or(String::new(), |[t, v, s]| format!(
+                    "; split {t} train, {v} valid, {s} test"
+                ))
+            );
+        }
     }
     Ok(())
 }

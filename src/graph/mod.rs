@@ -6,6 +6,7 @@ pub mod csr;
 pub mod generate;
 pub mod h5;
 pub mod node;
+pub mod nodedata;
 pub mod partition;
 pub mod reorder;
 pub mod text;

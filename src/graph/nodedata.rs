@@ -1,0 +1,736 @@
+//! Node data beside a graph's edges, in the graph file (the inputs of GraphSAGE; docs/formats.md):
+//! - `features`: `num_nodes x F`, f32 or f16; the rows of nodes the input does not name are
+//!   zero. h5py reads it as a numpy array.
+//! - `label_offsets` (`num_nodes + 1`, u64) and `label_ids` (u32): node v's classes are
+//!   `label_ids[label_offsets[v]..label_offsets[v + 1]]` (none: unlabelled; several:
+//!   multi-label); attribute `num_classes`.
+//! - `split`: `num_nodes` u8, 0 none, 1 train, 2 valid, 3 test.
+//!
+//! Text inputs, `#` and `%` comment lines, fields separated by tabs, spaces or commas; a node is
+//! its integer id, or its name when the graph has `node_names` (`convert --string-ids`):
+//! - features `node column value` per nonzero (as `../shared/data/cora/features.tsv`), grouped
+//!   by node in increasing id order (as such files are written); read twice, streaming: the
+//!   first pass checks every line and finds the columns, the second writes blocks of rows, so
+//!   memory holds one block;
+//! - labels `node label` per pair (a node on several lines is multi-label);
+//! - split `node train|valid|test`.
+//!
+//! Every error names the file and the line.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use half::f16;
+
+use super::h5::{flush, read_names};
+use crate::error::{Error, Result};
+
+/// Bytes of feature rows written at once.
+const BLOCK_BYTES: usize = 32 << 20;
+
+/// The storage type of `features`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FeatureDtype {
+    F32,
+    F16,
+}
+
+/// Split codes of the `split` dataset.
+pub const NONE: u8 = 0;
+pub const TRAIN: u8 = 1;
+pub const VALID: u8 = 2;
+pub const TEST: u8 = 3;
+
+/// How the lines of node-data files name nodes: integer ids below `num_nodes`, or the graph's
+/// node names.
+pub struct NodeIds {
+    num_nodes: u64,
+    names: Option<HashMap<String, u64>>,
+}
+
+impl NodeIds {
+    /// The graph file's node count and names.
+    pub fn of(file: &hdf5::File, path: &Path) -> Result<NodeIds> {
+        let num_nodes = super::h5::read_attr_u64(file, path, "num_nodes")?
+            .ok_or_else(|| Error::bad_input(path, "attribute 'num_nodes' missing"))?;
+        let names = read_names(file, path, "node_names")?.map(|n| {
+            n.into_iter()
+                .enumerate()
+                .map(|(i, s)| (s, i as u64))
+                .collect()
+        });
+        Ok(NodeIds { num_nodes, names })
+    }
+
+    /// A graph of `num_nodes` integer ids.
+    pub fn numeric(num_nodes: u64) -> NodeIds {
+        NodeIds {
+            num_nodes,
+            names: None,
+        }
+    }
+
+    fn id(&self, tok: &str) -> std::result::Result<u64, String> {
+        match &self.names {
+            Some(m) => m
+                .get(tok)
+                .copied()
+                .ok_or_else(|| format!("node '{tok}' is not a node of the graph (its node_names)")),
+            None => match tok.parse::<u64>() {
+                Ok(v) if v < self.num_nodes => Ok(v),
+                Ok(v) => Err(format!(
+                    "node {v} is not in the graph of {} nodes (ids 0..{})",
+                    self.num_nodes,
+                    self.num_nodes.saturating_sub(1)
+                )),
+                Err(_) => Err(format!("'{tok}' is not a non-negative integer node id")),
+            },
+        }
+    }
+}
+
+/// The data lines of `path` (comments and blank lines skipped), split into fields, with their
+/// line numbers; `each` returns an error message for a bad line.
+fn each_line(
+    path: &Path,
+    mut each: impl FnMut(&[&str]) -> std::result::Result<(), String>,
+) -> Result<u64> {
+    let f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut r = BufReader::with_capacity(1 << 20, f);
+    let (mut line, mut no, mut lines) = (String::new(), 0u64, 0u64);
+    loop {
+        line.clear();
+        if r.read_line(&mut line).map_err(|e| Error::io(path, e))? == 0 {
+            return Ok(lines);
+        }
+        no += 1;
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') || t.starts_with('%') {
+            continue;
+        }
+        // Up to MAX_FIELDS fields without an allocation per line.
+        let mut buf = [""; MAX_FIELDS];
+        let mut k = 0;
+        for s in t
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|s| !s.is_empty())
+        {
+            if k < MAX_FIELDS {
+                buf[k] = s;
+            }
+            k += 1;
+        }
+        let r = if k > MAX_FIELDS {
+            Err(format!("{k} fields"))
+        } else {
+            each(&buf[..k])
+        };
+        r.map_err(|msg| Error::BadLine {
+            path: path.to_path_buf(),
+            line: no,
+            msg,
+        })?;
+        lines += 1;
+    }
+}
+
+const MAX_FIELDS: usize = 8;
+
+/// `want` fields, or a message saying what the line should hold.
+fn fields<'a>(f: &[&'a str], want: usize, what: &str) -> std::result::Result<Vec<&'a str>, String> {
+    if f.len() == want {
+        Ok(f.to_vec())
+    } else {
+        Err(format!("{} fields, expected {want}: {what}", f.len()))
+    }
+}
+
+/// `features` of `n` rows of `cols`, written in blocks of rows.
+struct FeatureWriter<'a> {
+    ds: hdf5::Dataset,
+    path: &'a Path,
+    dtype: FeatureDtype,
+    n: usize,
+    cols: usize,
+    /// Rows per block.
+    block: usize,
+}
+
+impl<'a> FeatureWriter<'a> {
+    fn create(
+        file: &hdf5::File,
+        path: &'a Path,
+        n: usize,
+        cols: usize,
+        dtype: FeatureDtype,
+    ) -> Result<FeatureWriter<'a>> {
+        let block = (BLOCK_BYTES / (cols.max(1) * 4)).clamp(1, n.max(1));
+        let ds = match dtype {
+            FeatureDtype::F32 => file.new_dataset::<f32>(),
+            FeatureDtype::F16 => file.new_dataset::<f16>(),
+        }
+        .chunk((block.clamp(1, 4096), cols.max(1)))
+        .shape((n, cols))
+        .create("features")
+        .map_err(|e| Error::hdf5(path, "create dataset features", e))?;
+        Ok(FeatureWriter {
+            ds,
+            path,
+            dtype,
+            n,
+            cols,
+            block,
+        })
+    }
+
+    /// Write the block of rows from `first` (`buf` holds `block` rows; the last block fewer).
+    fn write(&self, first: usize, buf: &[f32]) -> Result<()> {
+        let rows = self.block.min(self.n - first);
+        let a = ndarray::ArrayView2::from_shape((rows, self.cols), &buf[..rows * self.cols])
+            .expect("rows x columns");
+        let s = ndarray::s![first..first + rows, ..];
+        match self.dtype {
+            FeatureDtype::F32 => self.ds.write_slice(a, s),
+            FeatureDtype::F16 => self.ds.write_slice(a.mapv(f16::from_f32).view(), s),
+        }
+        .map_err(|e| Error::hdf5(self.path, "write features", e))
+    }
+}
+
+/// What `add_features` wrote.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Features {
+    pub columns: u64,
+    pub nonzeros: u64,
+    pub nodes: u64,
+}
+
+/// One feature line: node, column, value.
+fn feature_line(ids: &NodeIds, f: &[&str]) -> std::result::Result<(u64, u64, f32), String> {
+    let f = fields(f, 3, "node, column, value")?;
+    let v = ids.id(f[0])?;
+    let c = f[1]
+        .parse::<u64>()
+        .map_err(|_| format!("column '{}' is not a non-negative integer", f[1]))?;
+    if c >= 1 << 24 {
+        return Err(format!("column {c}: at most 2^24 feature columns"));
+    }
+    let x = f[2]
+        .parse::<f32>()
+        .ok()
+        .filter(|x| x.is_finite())
+        .ok_or_else(|| format!("value '{}' is not a finite number", f[2]))?;
+    Ok((v, c, x))
+}
+
+/// Write `features` into the graph file `file` (at `path`) from the sparse text `input`.
+pub fn add_features(
+    file: &hdf5::File,
+    path: &Path,
+    input: &Path,
+    ids: &NodeIds,
+    dtype: FeatureDtype,
+) -> Result<Features> {
+    // Pass 1: every line checked, the columns counted, the order checked.
+    let (mut columns, mut nonzeros, mut nodes) = (0u64, 0u64, 0u64);
+    let mut last: Option<(u64, u64)> = None;
+    each_line(input, |f| {
+        let (v, c, _) = feature_line(ids, f)?;
+        match last {
+            Some((lv, _)) if v < lv => {
+                return Err(format!(
+                    "node {v} after node {lv}: the lines must be grouped by node in increasing order (sort -n -k1,1 -s {})",
+                    input.display()
+                ))
+            }
+            Some((lv, lc)) if v == lv && c == lc => {
+                return Err(format!("node {v} column {c} given twice"))
+            }
+            Some((lv, _)) if v == lv => {}
+            _ => nodes += 1,
+        }
+        last = Some((v, c));
+        columns = columns.max(c + 1);
+        nonzeros += 1;
+        Ok(())
+    })?;
+    if nonzeros == 0 {
+        return Err(Error::bad_input(
+            input,
+            "no feature lines (node, column, value) found",
+        ));
+    }
+    let (n, cols) = (ids.num_nodes as usize, columns as usize);
+    let w = FeatureWriter::create(file, path, n, cols, dtype)?;
+    let block = w.block;
+    // Pass 2: blocks of rows, each written once (the lines are in node order).
+    let mut buf = vec![0f32; block * cols];
+    let mut first = 0usize;
+    let mut failed = None;
+    each_line(input, |f| {
+        let (v, c, x) = feature_line(ids, f)?;
+        let v = v as usize;
+        while v >= first + block {
+            if let Err(e) = w.write(first, &buf) {
+                failed = Some(e);
+                return Err("cannot write the features".into());
+            }
+            buf.iter_mut().for_each(|x| *x = 0.0);
+            first += block;
+        }
+        buf[(v - first) * cols + c as usize] = x;
+        Ok(())
+    })
+    .map_err(|e| failed.take().unwrap_or(e))?;
+    while first < n {
+        w.write(first, &buf)?;
+        buf.iter_mut().for_each(|x| *x = 0.0);
+        first += block;
+    }
+    flush(file, path)?;
+    Ok(Features {
+        columns,
+        nonzeros,
+        nodes,
+    })
+}
+
+/// Write dense `features` (`rows` of `cols`, node order) into the graph file.
+pub fn write_dense_features(
+    file: &hdf5::File,
+    path: &Path,
+    cols: usize,
+    dtype: FeatureDtype,
+    mut row: impl FnMut(usize, &mut [f32]),
+) -> Result<()> {
+    let n = super::h5::read_attr_u64(file, path, "num_nodes")?.unwrap_or(0) as usize;
+    let w = FeatureWriter::create(file, path, n, cols, dtype)?;
+    let mut buf = vec![0f32; w.block * cols];
+    for first in (0..n).step_by(w.block) {
+        let rows = w.block.min(n - first);
+        for (i, r) in buf.chunks_exact_mut(cols).take(rows).enumerate() {
+            row(first + i, r);
+        }
+        w.write(first, &buf)?;
+    }
+    flush(file, path)
+}
+
+/// Labels per node: `offsets` (`num_nodes + 1`) into `ids`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Labels {
+    pub offsets: Vec<u64>,
+    pub ids: Vec<u32>,
+    pub num_classes: u32,
+}
+
+impl Labels {
+    /// From (node, class) pairs in any order; a pair given twice counts once.
+    pub fn from_pairs(num_nodes: u64, mut pairs: Vec<(u64, u32)>) -> Labels {
+        pairs.sort_unstable();
+        pairs.dedup();
+        let mut offsets = vec![0u64; num_nodes as usize + 1];
+        for &(v, _) in &pairs {
+            offsets[v as usize + 1] += 1;
+        }
+        for i in 0..num_nodes as usize {
+            offsets[i + 1] += offsets[i];
+        }
+        Labels {
+            num_classes: pairs.iter().map(|p| p.1 + 1).max().unwrap_or(0),
+            ids: pairs.into_iter().map(|p| p.1).collect(),
+            offsets,
+        }
+    }
+
+    pub fn of(&self, v: usize) -> &[u32] {
+        &self.ids[self.offsets[v] as usize..self.offsets[v + 1] as usize]
+    }
+
+    /// Some node has more than one class.
+    pub fn multilabel(&self) -> bool {
+        self.offsets.windows(2).any(|w| w[1] - w[0] > 1)
+    }
+}
+
+/// Read `node label` lines.
+pub fn read_labels(input: &Path, ids: &NodeIds) -> Result<Labels> {
+    let mut pairs = Vec::new();
+    each_line(input, |f| {
+        let f = fields(f, 2, "node, label")?;
+        let v = ids.id(f[0])?;
+        let c = f[1]
+            .parse::<u32>()
+            .ok()
+            .filter(|&c| c < 1 << 20)
+            .ok_or_else(|| {
+                format!(
+                    "label '{}' is not an integer class id (0 to 2^20 - 1)",
+                    f[1]
+                )
+            })?;
+        pairs.push((v, c));
+        Ok(())
+    })?;
+    if pairs.is_empty() {
+        return Err(Error::bad_input(
+            input,
+            "no label lines (node, label) found",
+        ));
+    }
+    Ok(Labels::from_pairs(ids.num_nodes, pairs))
+}
+
+/// Read `node train|valid|test` lines.
+pub fn read_split(input: &Path, ids: &NodeIds) -> Result<Vec<u8>> {
+    let mut split = vec![NONE; ids.num_nodes as usize];
+    each_line(input, |f| {
+        let f = fields(f, 2, "node, train|valid|test")?;
+        let v = ids.id(f[0])? as usize;
+        let code = match f[1] {
+            "train" => TRAIN,
+            "valid" | "val" | "validation" => VALID,
+            "test" => TEST,
+            s => return Err(format!("split '{s}': use train, valid or test")),
+        };
+        if split[v] != NONE {
+            return Err(format!("node {} is in the split twice", f[0]));
+        }
+        split[v] = code;
+        Ok(())
+    })?;
+    Ok(split)
+}
+
+/// A split drawn at random: `train` and `valid` fractions of the labelled nodes, the rest test.
+pub fn random_split(labels: &Labels, train: f64, valid: f64, seed: u64) -> Vec<u8> {
+    use rand::seq::SliceRandom;
+    use rand::SeedableRng;
+    let n = labels.offsets.len() - 1;
+    let mut labelled: Vec<usize> = (0..n).filter(|&v| !labels.of(v).is_empty()).collect();
+    let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed);
+    labelled.shuffle(&mut rng);
+    let (a, b) = (
+        (train * labelled.len() as f64).round() as usize,
+        ((train + valid) * labelled.len() as f64).round() as usize,
+    );
+    let mut split = vec![NONE; n];
+    for (i, &v) in labelled.iter().enumerate() {
+        split[v] = if i < a {
+            TRAIN
+        } else if i < b.min(labelled.len()) {
+            VALID
+        } else {
+            TEST
+        };
+    }
+    split
+}
+
+/// Write the labels and the split into the graph file.
+pub fn write_labels(
+    file: &hdf5::File,
+    path: &Path,
+    l: &Labels,
+    split: Option<&[u8]>,
+) -> Result<()> {
+    let err = |what: &'static str| move |e| Error::hdf5(path, what, e);
+    file.new_dataset_builder()
+        .with_data(&l.offsets)
+        .create("label_offsets")
+        .map_err(err("create dataset label_offsets"))?;
+    file.new_dataset_builder()
+        .with_data(&l.ids)
+        .create("label_ids")
+        .map_err(err("create dataset label_ids"))?;
+    file.new_attr::<u64>()
+        .create("num_classes")
+        .and_then(|a| a.write_scalar(&u64::from(l.num_classes)))
+        .map_err(err("attribute num_classes"))?;
+    if let Some(s) = split {
+        file.new_dataset_builder()
+            .with_data(s)
+            .create("split")
+            .map_err(err("create dataset split"))?;
+    }
+    flush(file, path)
+}
+
+/// The node-data inputs of `convert`.
+pub struct Inputs<'a> {
+    pub features: Option<&'a Path>,
+    pub dtype: FeatureDtype,
+    pub labels: Option<&'a Path>,
+    pub split: Option<&'a Path>,
+    pub train_fraction: Option<f64>,
+    pub seed: u64,
+}
+
+/// What `add` wrote, for the summary line.
+#[derive(Debug, Default)]
+pub struct Added {
+    pub features: Option<Features>,
+    pub labelled: u64,
+    pub num_classes: u32,
+    pub multilabel: bool,
+    /// Nodes in train, valid, test.
+    pub split: Option<[u64; 3]>,
+}
+
+/// Add the node data of `inputs` to the graph file at `path` (just written by `convert`).
+pub fn add(path: &Path, inputs: &Inputs) -> Result<Added> {
+    let file = hdf5::File::open_rw(path).map_err(|e| Error::hdf5(path, "open for node data", e))?;
+    let ids = NodeIds::of(&file, path)?;
+    let mut out = Added::default();
+    if let Some(x) = inputs.features {
+        out.features = Some(add_features(&file, path, x, &ids, inputs.dtype)?);
+    }
+    if let Some(l) = inputs.labels {
+        let labels = read_labels(l, &ids)?;
+        let split = match (inputs.split, inputs.train_fraction) {
+            (Some(s), _) => Some(read_split(s, &ids)?),
+            (None, Some(t)) => {
+                if !(t > 0.0 && t <= 0.5) {
+                    return Err(Error::config(format!(
+                        "--train-fraction {t}: give a share in (0, 0.5] (as many nodes validate; the rest test)"
+                    )));
+                }
+                Some(random_split(&labels, t, t, inputs.seed))
+            }
+            (None, None) => None,
+        };
+        out.labelled = (0..ids.num_nodes as usize)
+            .filter(|&v| !labels.of(v).is_empty())
+            .count() as u64;
+        out.num_classes = labels.num_classes;
+        out.multilabel = labels.multilabel();
+        out.split = split.as_ref().map(|s| {
+            let c = |k: u8| s.iter().filter(|&&x| x == k).count() as u64;
+            [c(TRAIN), c(VALID), c(TEST)]
+        });
+        write_labels(&file, path, &labels, split.as_deref())?;
+    }
+    Ok(out)
+}
+
+/// The node data of a graph file, as read back.
+pub struct NodeData {
+    pub features: Option<(usize, Vec<f32>)>,
+    pub labels: Option<Labels>,
+    pub split: Option<Vec<u8>>,
+}
+
+/// Read the node data of `path` whole (for one rank's use and for checks).
+pub fn read(path: &Path) -> Result<NodeData> {
+    let f = super::h5::open_h5(path)?;
+    let err = |what: &'static str| move |e| Error::hdf5(path, what, e);
+    let features = match f.dataset("features") {
+        Ok(d) => {
+            let shape = d.shape();
+            if shape.len() != 2 {
+                return Err(Error::bad_input(
+                    path,
+                    format!("dataset 'features' has shape {shape:?}, expected (nodes, columns)"),
+                ));
+            }
+            let x: Vec<f32> = if d.dtype().map_err(err("features type"))?.size() == 2 {
+                d.read_raw::<f16>()
+                    .map_err(err("read features"))?
+                    .into_iter()
+                    .map(f16::to_f32)
+                    .collect()
+            } else {
+                d.read_raw::<f32>().map_err(err("read features"))?
+            };
+            Some((shape[1], x))
+        }
+        Err(_) => None,
+    };
+    let labels = match (f.dataset("label_offsets"), f.dataset("label_ids")) {
+        (Ok(o), Ok(i)) => {
+            let offsets = o.read_raw::<u64>().map_err(err("read label_offsets"))?;
+            let ids = i.read_raw::<u32>().map_err(err("read label_ids"))?;
+            if offsets.last().copied() != Some(ids.len() as u64)
+                || offsets.windows(2).any(|w| w[0] > w[1])
+            {
+                return Err(Error::bad_input(
+                    path,
+                    "label_offsets do not index label_ids (damaged file?)",
+                ));
+            }
+            Some(Labels {
+                num_classes: ids.iter().map(|c| c + 1).max().unwrap_or(0),
+                offsets,
+                ids,
+            })
+        }
+        _ => None,
+    };
+    let split = match f.dataset("split") {
+        Ok(d) => Some(d.read_raw::<u8>().map_err(err("read split"))?),
+        Err(_) => None,
+    };
+    Ok(NodeData {
+        features,
+        labels,
+        split,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    fn graph(dir: &Path, n: u64) -> (std::path::PathBuf, hdf5::File) {
+        let p = dir.join("g.h5");
+        let f = hdf5::File::create(&p).unwrap();
+        f.new_attr::<u64>()
+            .create("num_nodes")
+            .unwrap()
+            .write_scalar(&n)
+            .unwrap();
+        (p, f)
+    }
+
+    #[test]
+    fn sparse_features_land_in_their_rows_in_both_dtypes() {
+        for dtype in [FeatureDtype::F32, FeatureDtype::F16] {
+            let d = tempfile::tempdir().unwrap();
+            let (p, f) = graph(d.path(), 5);
+            let x = write(
+                d.path(),
+                "x.tsv",
+                "# c\n0\t1\t0.5\n0\t3\t2\n3\t0\t-1.25\n4\t3\t7\n",
+            );
+            let r = add_features(&f, &p, &x, &NodeIds::numeric(5), dtype).unwrap();
+            assert_eq!(
+                r,
+                Features {
+                    columns: 4,
+                    nonzeros: 4,
+                    nodes: 3
+                }
+            );
+            drop(f);
+            let (cols, v) = read(&p).unwrap().features.unwrap();
+            assert_eq!(cols, 4);
+            #[rustfmt::skip]
+            let want = [
+                0.0, 0.5, 0.0, 2.0,
+                0.0, 0.0, 0.0, 0.0,
+                0.0, 0.0, 0.0, 0.0,
+                -1.25, 0.0, 0.0, 0.0,
+                0.0, 0.0, 0.0, 7.0,
+            ];
+            assert_eq!(v, want);
+        }
+    }
+
+    #[test]
+    fn blocks_of_rows_cover_every_node() {
+        // More rows than one block holds: 3 columns of 4 bytes -> blocks of BLOCK_BYTES / 12.
+        let n = (BLOCK_BYTES / 12) as u64 * 2 + 5;
+        let d = tempfile::tempdir().unwrap();
+        let (p, f) = graph(d.path(), n);
+        let text = format!("0\t0\t1\n{}\t1\t2\n{}\t2\t3\n", n / 2, n - 1);
+        let x = write(d.path(), "x.tsv", &text);
+        add_features(&f, &p, &x, &NodeIds::numeric(n), FeatureDtype::F32).unwrap();
+        drop(f);
+        let (_, v) = read(&p).unwrap().features.unwrap();
+        let nz: Vec<(usize, f32)> = v
+            .iter()
+            .enumerate()
+            .filter(|(_, &x)| x != 0.0)
+            .map(|(i, &x)| (i, x))
+            .collect();
+        let n = n as usize;
+        assert_eq!(
+            nz,
+            vec![(0, 1.0), ((n / 2) * 3 + 1, 2.0), ((n - 1) * 3 + 2, 3.0)]
+        );
+    }
+
+    #[test]
+    fn bad_feature_lines_name_the_line_and_the_fix() {
+        let d = tempfile::tempdir().unwrap();
+        let (p, f) = graph(d.path(), 5);
+        for (text, line, says) in [
+            ("0\t1\t1\n7\t0\t1\n", 2, "not in the graph of 5 nodes"),
+            ("0\t1\n", 1, "2 fields, expected 3"),
+            ("0\tx\t1\n", 1, "column 'x'"),
+            ("0\t1\tnan\n", 1, "not a finite number"),
+            (
+                "2\t1\t1\n1\t0\t1\n",
+                2,
+                "grouped by node in increasing order",
+            ),
+            ("1\t1\t1\n1\t1\t2\n", 2, "given twice"),
+        ] {
+            let x = write(d.path(), "x.tsv", text);
+            let e = add_features(&f, &p, &x, &NodeIds::numeric(5), FeatureDtype::F32)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("x.tsv:{line}")) && e.contains(says),
+                "{text:?}: {e}"
+            );
+        }
+        let x = write(d.path(), "x.tsv", "# nothing\n");
+        let e = add_features(&f, &p, &x, &NodeIds::numeric(5), FeatureDtype::F32).unwrap_err();
+        assert!(e.to_string().contains("no feature lines"), "{e}");
+    }
+
+    #[test]
+    fn labels_and_split_round_trip_with_multilabel_nodes() {
+        let d = tempfile::tempdir().unwrap();
+        let (p, f) = graph(d.path(), 4);
+        let ids = NodeIds::numeric(4);
+        let l = read_labels(&write(d.path(), "l.tsv", "0 2\n3 1\n0 0\n0 2\n"), &ids).unwrap();
+        assert_eq!(
+            (l.of(0), l.of(1), l.of(3)),
+            (&[0u32, 2][..], &[][..], &[1u32][..])
+        );
+        assert!(l.multilabel());
+        assert_eq!(l.num_classes, 3);
+        let s = read_split(
+            &write(d.path(), "s.tsv", "0 train\n3 test\n1 valid\n"),
+            &ids,
+        )
+        .unwrap();
+        assert_eq!(s, vec![TRAIN, VALID, NONE, TEST]);
+        write_labels(&f, &p, &l, Some(&s)).unwrap();
+        drop(f);
+        let back = read(&p).unwrap();
+        assert_eq!(back.labels.unwrap(), l);
+        assert_eq!(back.split.unwrap(), s);
+        for (text, says) in [
+            ("0 train\n0 test\n", "in the split twice"),
+            ("0 dev\n", "use train, valid or test"),
+            ("9 train\n", "not in the graph"),
+        ] {
+            let e = read_split(&write(d.path(), "s.tsv", text), &ids).unwrap_err();
+            assert!(e.to_string().contains(says), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_random_split_covers_the_labelled_nodes_in_its_fractions() {
+        let pairs: Vec<(u64, u32)> = (0..1000u64)
+            .filter(|v| v % 10 != 0)
+            .map(|v| (v, 0))
+            .collect();
+        let l = Labels::from_pairs(1000, pairs);
+        let s = random_split(&l, 0.2, 0.1, 7);
+        let count = |c: u8| s.iter().filter(|&&x| x == c).count();
+        assert_eq!((count(TRAIN), count(VALID), count(TEST)), (180, 90, 630));
+        assert!((0..1000).step_by(10).all(|v| s[v] == NONE));
+        assert_eq!(s, random_split(&l, 0.2, 0.1, 7));
+    }
+}
