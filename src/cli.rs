@@ -402,6 +402,20 @@ pub enum GenerateCmd {
         labels: Option<PathBuf>,
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// A contextual SBM: this many feature columns per node, class-dependent Gaussians
+        /// (dataset `features`), with the blocks as labels and a split in the graph file
+        #[arg(long)]
+        features: Option<usize>,
+        /// The class means' distance from the origin in noise deviations (two classes apart by
+        /// about signal x sqrt 2; docs/formats.md)
+        #[arg(long, default_value_t = 1.0, requires = "features")]
+        signal: f64,
+        /// Share of the nodes that train (as many validate, the rest test)
+        #[arg(long, default_value_t = 0.1, requires = "features")]
+        train_fraction: f64,
+        /// Storage type of `features`
+        #[arg(long, value_enum, default_value = "f32", requires = "features")]
+        dtype: crate::graph::nodedata::FeatureDtype,
     },
     /// Graph500 R-MAT: 2^scale nodes, edge_factor * 2^scale edges
     Rmat {

@@ -304,6 +304,10 @@ fn generate_cmd(g: &GenerateCmd) -> Result<()> {
             output,
             labels,
             seed,
+            features,
+            signal,
+            train_fraction,
+            dtype,
         } => {
             let mut outs = vec![Out {
                 flag: "-o",
@@ -315,13 +319,26 @@ fn generate_cmd(g: &GenerateCmd) -> Result<()> {
             }));
             outfile::check(&outs, &[])?;
             let lab = outfile::write_with(output, |tmp| {
-                generate::sbm(tmp, *nodes, *blocks, *avg_degree, *mix, *seed)
+                let lab = generate::sbm(tmp, *nodes, *blocks, *avg_degree, *mix, *seed)?;
+                if let Some(f) = features {
+                    let c = generate::Contextual {
+                        features: *f,
+                        signal: *signal,
+                        train: *train_fraction,
+                        dtype: *dtype,
+                    };
+                    generate::add_contextual(tmp, &lab, c, *seed)?;
+                }
+                Ok(lab)
             })?;
             if let Some(l) = labels {
                 outfile::write_with(l, |tmp| generate::write_labels(tmp, &lab))?;
             }
             println!(
-                "generated sbm: {nodes} nodes, {blocks} blocks -> {}",
+                "generated sbm: {nodes} nodes, {blocks} blocks{} -> {}",
+                features.map_or(String::new(), |f| format!(
+                    ", {f} features per node (signal {signal}), the blocks as labels, split {train_fraction} / {train_fraction} / rest"
+                )),
                 output.display()
             );
         }

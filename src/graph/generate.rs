@@ -57,6 +57,68 @@ pub fn sbm(
     Ok((0..nodes).map(block_of).collect())
 }
 
+/// The node data of a contextual SBM (Deshpande et al. 2018): node v of block b has the
+/// features `mu_b + e_v`, `e_v ~ N(0, I_F)`, and the class b; `mu_b`'s entries are drawn
+/// `N(0, signal^2 / F)`, so that a class mean lies about `signal` noise deviations from the
+/// origin and two means about `signal * sqrt(2)` apart: one node's features alone tell two
+/// classes apart with an error of about `Phi(-signal / sqrt(2))` (0.24 at 1), and averaging
+/// neighbours of the same block narrows the noise. `train` of the nodes train, as many
+/// validate, the rest test. Features are drawn per node from the seed (the same whatever the
+/// block of rows written at once).
+#[derive(Clone, Copy, Debug)]
+pub struct Contextual {
+    pub features: usize,
+    pub signal: f64,
+    pub train: f64,
+    pub dtype: super::nodedata::FeatureDtype,
+}
+
+/// Add a contextual SBM's features, labels (the blocks) and split to the graph file `path`.
+pub fn add_contextual(path: &Path, blocks: &[u64], c: Contextual, seed: u64) -> Result<()> {
+    use super::nodedata::{random_split, write_dense_features, write_labels, Labels};
+    use rand_distr::{Distribution, StandardNormal};
+    if c.features == 0 || c.features > 1 << 16 || !(c.signal >= 0.0 && c.signal.is_finite()) {
+        return Err(Error::config(
+            "sbm --features: 1 to 65536 columns, and --signal a finite number >= 0",
+        ));
+    }
+    if !(c.train > 0.0 && c.train <= 0.5) {
+        return Err(Error::config(
+            "sbm --train-fraction: a share in (0, 0.5] (as many nodes validate; the rest test)",
+        ));
+    }
+    let f = hdf5::File::open_rw(path).map_err(|e| Error::hdf5(path, "open for node data", e))?;
+    let k = blocks.iter().max().map_or(0, |&b| b + 1) as usize;
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x5eed_fea7);
+    let scale = c.signal / (c.features as f64).sqrt();
+    let means: Vec<f32> = (0..k * c.features)
+        .map(|_| {
+            let z: f64 = StandardNormal.sample(&mut rng);
+            (scale * z) as f32
+        })
+        .collect();
+    write_dense_features(&f, path, c.features, c.dtype, |v, row| {
+        let mut r = Xoshiro256PlusPlus::seed_from_u64(
+            seed ^ (v as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        );
+        let mu = &means[blocks[v] as usize * c.features..][..c.features];
+        for (x, m) in row.iter_mut().zip(mu) {
+            let e: f32 = StandardNormal.sample(&mut r);
+            *x = m + e;
+        }
+    })?;
+    let labels = Labels::from_pairs(
+        blocks.len() as u64,
+        blocks
+            .iter()
+            .enumerate()
+            .map(|(v, &b)| (v as u64, b as u32))
+            .collect(),
+    );
+    let split = random_split(&labels, c.train, c.train, seed);
+    write_labels(&f, path, &labels, Some(&split))
+}
+
 /// Graph500 R-MAT (a=0.57, b=c=0.19): `2^scale` nodes, `edge_factor * 2^scale` undirected edges,
 /// ids scrambled by a bijection so that hubs are not the low ids. Self-loops are dropped.
 pub fn rmat(out: &Path, scale: u32, edge_factor: u64, seed: u64) -> Result<u64> {
@@ -158,6 +220,65 @@ pub fn write_labels(path: &Path, labels: &[u64]) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    /// A contextual SBM's classes are its blocks, its class means lie about `signal * sqrt 2`
+    /// apart and its noise has unit variance; the split takes its fractions; f16 stores the
+    /// same values rounded.
+    #[test]
+    fn contextual_sbm_features_follow_their_class() {
+        use super::super::nodedata::{read, FeatureDtype, TEST, TRAIN, VALID};
+        let d = tempfile::tempdir().unwrap();
+        let (n, k, f, signal) = (4000usize, 4u64, 64usize, 2.0);
+        let mut got = Vec::new();
+        for dtype in [FeatureDtype::F32, FeatureDtype::F16] {
+            let path = d.path().join(format!("c{dtype:?}.h5"));
+            let blocks = super::sbm(&path, n as u64, k, 5.0, 0.1, 3).unwrap();
+            let c = super::Contextual {
+                features: f,
+                signal,
+                train: 0.1,
+                dtype,
+            };
+            super::add_contextual(&path, &blocks, c, 3).unwrap();
+            let nd = read(&path).unwrap();
+            let (cols, x) = nd.features.unwrap();
+            assert_eq!((cols, x.len()), (f, n * f));
+            let labels = nd.labels.unwrap();
+            assert!((0..n).all(|v| labels.of(v) == [blocks[v] as u32]));
+            let split = nd.split.unwrap();
+            let count = |c: u8| split.iter().filter(|&&s| s == c).count();
+            assert_eq!((count(TRAIN), count(VALID), count(TEST)), (400, 400, 3200));
+            let mut mean = vec![vec![0f64; f]; k as usize];
+            for v in 0..n {
+                for j in 0..f {
+                    mean[blocks[v] as usize][j] += f64::from(x[v * f + j]) * k as f64 / n as f64;
+                }
+            }
+            let dist = (0..f)
+                .map(|j| (mean[0][j] - mean[1][j]).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            assert!(
+                (dist / (signal * 2f64.sqrt()) - 1.0).abs() < 0.35,
+                "class means {dist} apart"
+            );
+            let var = (0..n)
+                .map(|v| {
+                    (0..f)
+                        .map(|j| (f64::from(x[v * f + j]) - mean[blocks[v] as usize][j]).powi(2))
+                        .sum::<f64>()
+                })
+                .sum::<f64>()
+                / (n * f) as f64;
+            assert!((var - 1.0).abs() < 0.05, "noise variance {var}");
+            got.push(x);
+        }
+        let close = got[0]
+            .iter()
+            .zip(&got[1])
+            .all(|(a, b)| (a - b).abs() <= a.abs() * 1e-3 + 1e-4);
+        assert!(close, "f16 holds the f32 values rounded");
+    }
+
     #[test]
     fn rmat_ids_are_a_permutation_that_spreads_hubs() {
         let d = tempfile::tempdir().unwrap();
