@@ -323,6 +323,8 @@ pub struct Labels {
     pub offsets: Vec<u64>,
     pub ids: Vec<u32>,
     pub num_classes: u32,
+    /// The labels' tokens when they were not integers (class i's name).
+    pub names: Option<Vec<String>>,
 }
 
 impl Labels {
@@ -341,6 +343,7 @@ impl Labels {
             num_classes: pairs.iter().map(|p| p.1 + 1).max().unwrap_or(0),
             ids: pairs.into_iter().map(|p| p.1).collect(),
             offsets,
+            names: None,
         }
     }
 
@@ -354,22 +357,17 @@ impl Labels {
     }
 }
 
-/// Read `node label` lines.
+/// Read `node label` lines. Labels that are all integers (below 2^20) are the class ids;
+/// any other tokens get ids in order of first appearance, their names kept (`class_names`).
 pub fn read_labels(input: &Path, ids: &NodeIds) -> Result<Labels> {
-    let mut pairs = Vec::new();
+    let (mut pairs, mut names, mut index) = (Vec::new(), Vec::<String>::new(), HashMap::new());
     each_line(input, |f| {
         let f = fields(f, 2, "node, label")?;
         let v = ids.id(f[0])?;
-        let c = f[1]
-            .parse::<u32>()
-            .ok()
-            .filter(|&c| c < 1 << 20)
-            .ok_or_else(|| {
-                format!(
-                    "label '{}' is not an integer class id (0 to 2^20 - 1)",
-                    f[1]
-                )
-            })?;
+        let c = *index.entry(f[1].to_string()).or_insert_with(|| {
+            names.push(f[1].to_string());
+            names.len() as u32 - 1
+        });
         pairs.push((v, c));
         Ok(())
     })?;
@@ -379,7 +377,29 @@ pub fn read_labels(input: &Path, ids: &NodeIds) -> Result<Labels> {
             "no label lines (node, label) found",
         ));
     }
-    Ok(Labels::from_pairs(ids.num_nodes, pairs))
+    let numeric: Option<Vec<u32>> = names
+        .iter()
+        .map(|s| s.parse::<u32>().ok().filter(|&c| c < 1 << 20))
+        .collect();
+    let mut l = match numeric {
+        Some(ids_of) => {
+            let pairs = pairs
+                .into_iter()
+                .map(|(v, c)| (v, ids_of[c as usize]))
+                .collect();
+            Labels::from_pairs(ids.num_nodes, pairs)
+        }
+        None => {
+            let mut l = Labels::from_pairs(ids.num_nodes, pairs);
+            l.num_classes = names.len() as u32;
+            l.names = Some(names);
+            l
+        }
+    };
+    l.num_classes = l
+        .num_classes
+        .max(l.ids.iter().map(|c| c + 1).max().unwrap_or(0));
+    Ok(l)
 }
 
 /// Read `node train|valid|test` lines.
@@ -448,6 +468,9 @@ pub fn write_labels(
         .create("num_classes")
         .and_then(|a| a.write_scalar(&u64::from(l.num_classes)))
         .map_err(err("attribute num_classes"))?;
+    if let Some(names) = &l.names {
+        super::h5::write_names(file, path, "class_names", names)?;
+    }
     if let Some(s) = split {
         file.new_dataset_builder()
             .with_data(s)
@@ -559,10 +582,16 @@ pub fn read(path: &Path) -> Result<NodeData> {
                     "label_offsets do not index label_ids (damaged file?)",
                 ));
             }
+            let names = read_names(&f, path, "class_names")?;
+            let num_classes = super::h5::read_attr_u64(&f, path, "num_classes")?.map_or_else(
+                || ids.iter().map(|c| c + 1).max().unwrap_or(0),
+                |c| c as u32,
+            );
             Some(Labels {
-                num_classes: ids.iter().map(|c| c + 1).max().unwrap_or(0),
+                num_classes,
                 offsets,
                 ids,
+                names,
             })
         }
         _ => None,
@@ -698,7 +727,11 @@ mod tests {
             (&[0u32, 2][..], &[][..], &[1u32][..])
         );
         assert!(l.multilabel());
-        assert_eq!(l.num_classes, 3);
+        assert_eq!((l.num_classes, &l.names), (3, &None));
+        // Tokens: ids in order of first appearance, the names kept.
+        let named = read_labels(&write(d.path(), "n.tsv", "2 b\n1 a\n2 a\n"), &ids).unwrap();
+        assert_eq!((named.of(1), named.of(2)), (&[1u32][..], &[0u32, 1][..]));
+        assert_eq!(named.names, Some(vec!["b".to_string(), "a".to_string()]));
         let s = read_split(
             &write(d.path(), "s.tsv", "0 train\n3 test\n1 valid\n"),
             &ids,
