@@ -13,6 +13,7 @@
 pub mod cells;
 mod kernels;
 pub mod kge;
+pub mod sage;
 pub mod sgns;
 
 use std::sync::atomic::AtomicU32;

@@ -1,0 +1,440 @@
+//! GraphSAGE (Hamilton, Ying and Leskovec, NeurIPS 2017) with the mean aggregator, as math on
+//! sampled blocks: no sampling, no I/O (issue 34; the work source samples and moves rows).
+//!
+//! A mini-batch is a stack of blocks, outermost first (DGL's message-flow graphs): block `l`
+//! maps `num_src` input rows to `num_dst` output rows, and its first `num_dst` input rows are
+//! the output nodes themselves; `nbrs[offsets[i]..offsets[i + 1]]` are the input rows of output
+//! node `i`'s sampled neighbours. Layer `l` computes, per output node,
+//! `z = h_self W_self + mean(h_nbrs) W_neigh + b` (a node without sampled neighbours
+//! aggregates zeros), then ReLU and dropout on every layer but the last, whose `z` are the
+//! class scores: softmax cross-entropy over the seeds' labels. The gradients are by hand for
+//! this fixed architecture; the matrix products go through ndarray (matrixmultiply).
+
+use ndarray::linalg::general_mat_mul;
+use ndarray::{ArrayView2, ArrayViewMut2};
+use rand::RngExt;
+
+use crate::sample::Rng;
+
+/// One block of a mini-batch.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Block {
+    pub num_src: usize,
+    pub num_dst: usize,
+    /// `num_dst + 1` offsets into `nbrs`.
+    pub offsets: Vec<u32>,
+    /// Input rows (below `num_src`) of the output nodes' sampled neighbours.
+    pub nbrs: Vec<u32>,
+}
+
+/// A mini-batch: its blocks, the outermost block's input rows and the seeds' labels.
+pub struct Batch<'a> {
+    pub blocks: &'a [Block],
+    pub x: &'a [f32],
+    pub labels: &'a [u32],
+}
+
+/// The dense parameters of every layer, flat: per layer `W_self` (in x out, row-major), then
+/// `W_neigh` (in x out), then `b` (out).
+#[derive(Clone, Debug)]
+pub struct Sage {
+    /// Widths: input features, hidden widths, classes.
+    pub dims: Vec<usize>,
+    pub params: Vec<f32>,
+}
+
+/// What one layer's forward keeps for its backward.
+struct Saved {
+    /// The layer's input rows (num_src x in) and the neighbours' means (num_dst x in).
+    input: Vec<f32>,
+    mean: Vec<f32>,
+    /// The output after ReLU and dropout (hidden layers), with the dropout's scale per value
+    /// (0 where dropped or where ReLU cut).
+    gate: Vec<f32>,
+}
+
+impl Sage {
+    /// Glorot-uniform weights, zero biases.
+    pub fn new(dims: &[usize], rng: &mut Rng) -> Sage {
+        assert!(dims.len() >= 2 && dims.iter().all(|&d| d > 0));
+        let mut params = Vec::new();
+        for w in dims.windows(2) {
+            let (i, o) = (w[0], w[1]);
+            let a = (6.0 / (i + o) as f32).sqrt();
+            for _ in 0..2 * i * o {
+                params.push(rng.random_range(-a..a));
+            }
+            params.extend(std::iter::repeat_n(0.0, o));
+        }
+        Sage {
+            dims: dims.to_vec(),
+            params,
+        }
+    }
+
+    pub fn layers(&self) -> usize {
+        self.dims.len() - 1
+    }
+
+    /// Offset of layer `l`'s parameters and their count.
+    fn span(&self, l: usize) -> (usize, usize) {
+        let size = |w: &[usize]| 2 * w[0] * w[1] + w[1];
+        let at = self.dims.windows(2).take(l).map(size).sum();
+        (at, size(&self.dims[l..l + 2]))
+    }
+
+    /// The output rows of `blocks` (the seeds: `blocks.last().num_dst` rows of the last
+    /// width) from the outermost block's input rows `x` (`blocks[0].num_src` x `dims[0]`).
+    /// `dropout` (a probability) applies with `rng`; `None` evaluates.
+    fn forward(
+        &self,
+        blocks: &[Block],
+        x: &[f32],
+        dropout: Option<(f32, &mut Rng)>,
+    ) -> (Vec<f32>, Vec<Saved>) {
+        assert_eq!(blocks.len(), self.layers(), "one block per layer");
+        let mut h = x.to_vec();
+        let mut saved = Vec::with_capacity(blocks.len());
+        let mut dropout = dropout;
+        for (l, b) in blocks.iter().enumerate() {
+            let (din, dout) = (self.dims[l], self.dims[l + 1]);
+            assert_eq!(h.len(), b.num_src * din, "layer {l}: input rows");
+            let mean = neighbour_means(b, &h, din);
+            let (at, _) = self.span(l);
+            let p = &self.params[at..];
+            let (ws, wn, bias) = (
+                &p[..din * dout],
+                &p[din * dout..2 * din * dout],
+                &p[2 * din * dout..2 * din * dout + dout],
+            );
+            let mut z = vec![0f32; b.num_dst * dout];
+            for row in z.chunks_exact_mut(dout) {
+                row.copy_from_slice(bias);
+            }
+            matmul(&h[..b.num_dst * din], ws, &mut z, b.num_dst, din, dout, 1.0);
+            matmul(&mean, wn, &mut z, b.num_dst, din, dout, 1.0);
+            let mut gate = Vec::new();
+            if l + 1 < blocks.len() {
+                gate = vec![0f32; z.len()];
+                let keep = dropout.as_ref().map_or(1.0, |(p, _)| 1.0 - p);
+                for (zi, g) in z.iter_mut().zip(gate.iter_mut()) {
+                    let kept = match &mut dropout {
+                        Some((p, rng)) => rng.random::<f32>() >= *p,
+                        None => true,
+                    };
+                    *g = if *zi > 0.0 && kept { 1.0 / keep } else { 0.0 };
+                    *zi *= *g;
+                }
+            }
+            saved.push(Saved {
+                input: std::mem::replace(&mut h, z),
+                mean,
+                gate,
+            });
+        }
+        (h, saved)
+    }
+
+    /// Class scores of the seeds (evaluation: no dropout).
+    pub fn predict(&self, blocks: &[Block], x: &[f32]) -> Vec<f32> {
+        self.forward(blocks, x, None).0
+    }
+
+    /// Softmax cross-entropy of the seeds against `labels` (one class each), its gradient
+    /// added into `grads` (as `params`), and the gradient of the input rows `x` into `gx`
+    /// when given (learnable input rows). Returns the summed loss and the seeds predicted
+    /// right.
+    pub fn train_step(
+        &self,
+        batch: &Batch,
+        dropout: f32,
+        rng: &mut Rng,
+        grads: &mut [f32],
+        gx: Option<&mut [f32]>,
+    ) -> (f64, usize) {
+        assert_eq!(grads.len(), self.params.len());
+        let (blocks, x, labels) = (batch.blocks, batch.x, batch.labels);
+        let (scores, saved) = self.forward(blocks, x, (dropout > 0.0).then_some((dropout, rng)));
+        let classes = *self.dims.last().expect("dims");
+        let (loss, correct, mut dz) = softmax_xent(&scores, labels, classes);
+        for l in (0..blocks.len()).rev() {
+            let (b, s) = (&blocks[l], &saved[l]);
+            let (din, dout) = (self.dims[l], self.dims[l + 1]);
+            let (at, n) = self.span(l);
+            let g = &mut grads[at..at + n];
+            let (gws, rest) = g.split_at_mut(din * dout);
+            let (gwn, gb) = rest.split_at_mut(din * dout);
+            // dW_self += H_self^T dZ, dW_neigh += M^T dZ, db += sum dZ.
+            matmul_tn(&s.input[..b.num_dst * din], &dz, gws, b.num_dst, din, dout);
+            matmul_tn(&s.mean, &dz, gwn, b.num_dst, din, dout);
+            for row in dz.chunks_exact(dout) {
+                gb.iter_mut().zip(row).for_each(|(a, d)| *a += d);
+            }
+            if l == 0 && gx.is_none() {
+                break;
+            }
+            // dH_self = dZ W_self^T; dM = dZ W_neigh^T, spread over the neighbours.
+            let p = &self.params[at..];
+            let (ws, wn) = (&p[..din * dout], &p[din * dout..2 * din * dout]);
+            let mut dh = vec![0f32; b.num_src * din];
+            matmul_nt(&dz, ws, &mut dh[..b.num_dst * din], b.num_dst, dout, din);
+            let mut dm = vec![0f32; b.num_dst * din];
+            matmul_nt(&dz, wn, &mut dm, b.num_dst, dout, din);
+            for i in 0..b.num_dst {
+                let nb = &b.nbrs[b.offsets[i] as usize..b.offsets[i + 1] as usize];
+                if nb.is_empty() {
+                    continue;
+                }
+                let inv = 1.0 / nb.len() as f32;
+                let src = &dm[i * din..(i + 1) * din];
+                for &j in nb {
+                    let dst = &mut dh[j as usize * din..(j as usize + 1) * din];
+                    dst.iter_mut().zip(src).for_each(|(a, d)| *a += d * inv);
+                }
+            }
+            if l == 0 {
+                if let Some(gx) = gx {
+                    gx.iter_mut().zip(&dh).for_each(|(a, d)| *a += d);
+                }
+                break;
+            }
+            // Through the previous layer's ReLU and dropout.
+            let prev = &saved[l - 1].gate;
+            dh.iter_mut().zip(prev).for_each(|(d, g)| *d *= g);
+            dz = dh;
+        }
+        (loss, correct)
+    }
+}
+
+/// Per output node, the mean of its neighbours' input rows (zeros without neighbours).
+fn neighbour_means(b: &Block, h: &[f32], d: usize) -> Vec<f32> {
+    let mut m = vec![0f32; b.num_dst * d];
+    for (i, out) in m.chunks_exact_mut(d).enumerate() {
+        let nb = &b.nbrs[b.offsets[i] as usize..b.offsets[i + 1] as usize];
+        for &j in nb {
+            let r = &h[j as usize * d..(j as usize + 1) * d];
+            out.iter_mut().zip(r).for_each(|(a, x)| *a += x);
+        }
+        if !nb.is_empty() {
+            let inv = 1.0 / nb.len() as f32;
+            out.iter_mut().for_each(|a| *a *= inv);
+        }
+    }
+    m
+}
+
+/// `c (m x n) = beta c + a (m x k) b (k x n)`.
+fn matmul(a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize, beta: f32) {
+    let av = ArrayView2::from_shape((m, k), a).expect("m x k");
+    let bv = ArrayView2::from_shape((k, n), b).expect("k x n");
+    let mut cv = ArrayViewMut2::from_shape((m, n), c).expect("m x n");
+    general_mat_mul(1.0, &av, &bv, beta, &mut cv);
+}
+
+/// `c (k x n) += a^T b`, `a` (m x k), `b` (m x n).
+fn matmul_tn(a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
+    let av = ArrayView2::from_shape((m, k), a).expect("m x k");
+    let bv = ArrayView2::from_shape((m, n), b).expect("m x n");
+    let mut cv = ArrayViewMut2::from_shape((k, n), c).expect("k x n");
+    general_mat_mul(1.0, &av.t(), &bv, 1.0, &mut cv);
+}
+
+/// `c (m x k) += a b^T`, `a` (m x n), `b` (k x n).
+fn matmul_nt(a: &[f32], b: &[f32], c: &mut [f32], m: usize, n: usize, k: usize) {
+    let av = ArrayView2::from_shape((m, n), a).expect("m x n");
+    let bv = ArrayView2::from_shape((k, n), b).expect("k x n");
+    let mut cv = ArrayViewMut2::from_shape((m, k), c).expect("m x k");
+    general_mat_mul(1.0, &av, &bv.t(), 1.0, &mut cv);
+}
+
+/// Summed softmax cross-entropy of `scores` (rows of `classes`) against `labels`, the rows
+/// whose top score is their label, and the gradient of the summed loss.
+fn softmax_xent(scores: &[f32], labels: &[u32], classes: usize) -> (f64, usize, Vec<f32>) {
+    let mut grad = vec![0f32; scores.len()];
+    let (mut loss, mut correct) = (0f64, 0usize);
+    for ((s, g), &y) in scores
+        .chunks_exact(classes)
+        .zip(grad.chunks_exact_mut(classes))
+        .zip(labels)
+    {
+        let m = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let z: f32 = s.iter().map(|x| (x - m).exp()).sum();
+        for (gi, x) in g.iter_mut().zip(s) {
+            *gi = (x - m).exp() / z;
+        }
+        g[y as usize] -= 1.0;
+        loss += f64::from(z.ln() + m - s[y as usize]);
+        let top = (0..classes)
+            .max_by(|&a, &b| s[a].total_cmp(&s[b]))
+            .expect("classes");
+        correct += usize::from(top == y as usize);
+    }
+    (loss, correct, grad)
+}
+
+/// Adam (Kingma and Ba) over a flat parameter vector, with L2 weight decay added to the
+/// gradient (as PyTorch's `Adam(weight_decay=...)`).
+#[derive(Clone, Debug)]
+pub struct Adam {
+    pub lr: f32,
+    pub weight_decay: f32,
+    m: Vec<f32>,
+    v: Vec<f32>,
+    t: i32,
+}
+
+impl Adam {
+    pub fn new(n: usize, lr: f32, weight_decay: f32) -> Adam {
+        Adam {
+            lr,
+            weight_decay,
+            m: vec![0.0; n],
+            v: vec![0.0; n],
+            t: 0,
+        }
+    }
+
+    /// One step on `params` with the mean gradient `grads`.
+    pub fn step(&mut self, params: &mut [f32], grads: &[f32]) {
+        const B1: f32 = 0.9;
+        const B2: f32 = 0.999;
+        self.t += 1;
+        let (c1, c2) = (1.0 - B1.powi(self.t), 1.0 - B2.powi(self.t));
+        for (((x, &g), m), v) in params
+            .iter_mut()
+            .zip(grads)
+            .zip(self.m.iter_mut())
+            .zip(self.v.iter_mut())
+        {
+            let g = g + self.weight_decay * *x;
+            *m = B1 * *m + (1.0 - B1) * g;
+            *v = B2 * *v + (1.0 - B2) * g * g;
+            *x -= self.lr * (*m / c1) / ((*v / c2).sqrt() + 1e-8);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    fn rng(seed: u64) -> Rng {
+        Rng::seed_from_u64(seed)
+    }
+
+    /// Two blocks over 7 input rows: 4 middle rows, 2 seeds; a seed without neighbours too.
+    fn blocks() -> Vec<Block> {
+        vec![
+            Block {
+                num_src: 7,
+                num_dst: 4,
+                offsets: vec![0, 2, 3, 3, 6],
+                nbrs: vec![4, 5, 6, 1, 4, 6],
+            },
+            Block {
+                num_src: 4,
+                num_dst: 2,
+                offsets: vec![0, 3, 3],
+                nbrs: vec![2, 3, 1],
+            },
+        ]
+    }
+
+    /// The hand-written gradients (weights and input rows) match central differences.
+    #[test]
+    fn gradients_match_finite_differences() {
+        let mut r = rng(1);
+        let sage = Sage::new(&[5, 6, 3], &mut r);
+        let x: Vec<f32> = (0..7 * 5).map(|_| r.random_range(-1.0..1.0)).collect();
+        let labels = [2u32, 0];
+        let b = blocks();
+        let loss = |s: &Sage, x: &[f32]| {
+            let mut g = vec![0f32; s.params.len()];
+            let batch = Batch {
+                blocks: &b,
+                x,
+                labels: &labels,
+            };
+            s.train_step(&batch, 0.0, &mut rng(0), &mut g, None).0
+        };
+        let mut g = vec![0f32; sage.params.len()];
+        let mut gx = vec![0f32; x.len()];
+        let batch = Batch {
+            blocks: &b,
+            x: &x,
+            labels: &labels,
+        };
+        sage.train_step(&batch, 0.0, &mut rng(0), &mut g, Some(&mut gx));
+        let h = 1e-2f32;
+        let mut worst = 0f64;
+        for i in (0..sage.params.len()).step_by(3) {
+            let (mut up, mut dn) = (sage.clone(), sage.clone());
+            up.params[i] += h;
+            dn.params[i] -= h;
+            let fd = (loss(&up, &x) - loss(&dn, &x)) / (2.0 * f64::from(h));
+            worst = worst.max((fd - f64::from(g[i])).abs() / (fd.abs() + 1e-2));
+        }
+        for i in 0..x.len() {
+            let (mut up, mut dn) = (x.clone(), x.clone());
+            up[i] += h;
+            dn[i] -= h;
+            let fd = (loss(&sage, &up) - loss(&sage, &dn)) / (2.0 * f64::from(h));
+            worst = worst.max((fd - f64::from(gx[i])).abs() / (fd.abs() + 1e-2));
+        }
+        assert!(worst < 0.05, "worst relative error {worst}");
+        assert!(g.iter().any(|&v| v != 0.0) && gx.iter().any(|&v| v != 0.0));
+    }
+
+    /// On a graph whose classes show in the neighbours' features more than in a node's own,
+    /// Adam on the mean aggregator learns the classes.
+    #[test]
+    fn a_two_layer_sage_learns_classes_from_neighbours() {
+        let (n, k, f) = (300usize, 3usize, 8usize);
+        let mut r = rng(5);
+        let class: Vec<usize> = (0..n).map(|v| v % k).collect();
+        // Weak own signal, neighbours of the same class.
+        let x: Vec<f32> = (0..n * f)
+            .map(|i| {
+                let (v, j) = (i / f, i % f);
+                r.random_range(-1.0f32..1.0) + if j == class[v] { 0.4 } else { 0.0 }
+            })
+            .collect();
+        let nbrs_of = |v: usize| -> Vec<usize> { (1..=6).map(|s| (v + s * k) % n).collect() };
+        // Full two-hop blocks over every node (seeds: all of them).
+        let block = |dst: usize| Block {
+            num_src: n,
+            num_dst: dst,
+            offsets: (0..=dst).map(|i| (i * 6) as u32).collect(),
+            nbrs: (0..dst)
+                .flat_map(|v| nbrs_of(v).into_iter().map(|u| u as u32))
+                .collect(),
+        };
+        let b = vec![block(n), block(n)];
+        let labels: Vec<u32> = class.iter().map(|&c| c as u32).collect();
+        let mut sage = Sage::new(&[f, 16, k], &mut r);
+        let mut adam = Adam::new(sage.params.len(), 0.01, 5e-4);
+        let mut g = vec![0f32; sage.params.len()];
+        for _ in 0..100 {
+            g.iter_mut().for_each(|v| *v = 0.0);
+            let batch = Batch {
+                blocks: &b,
+                x: &x,
+                labels: &labels,
+            };
+            sage.train_step(&batch, 0.2, &mut r, &mut g, None);
+            g.iter_mut().for_each(|v| *v /= n as f32);
+            adam.step(&mut sage.params, &g);
+        }
+        let s = sage.predict(&b, &x);
+        let acc = (0..n)
+            .filter(|&v| {
+                let row = &s[v * k..(v + 1) * k];
+                (0..k).max_by(|&a, &c| row[a].total_cmp(&row[c])) == Some(class[v])
+            })
+            .count() as f64
+            / n as f64;
+        assert!(acc > 0.9, "accuracy {acc}");
+    }
+}
