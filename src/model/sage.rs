@@ -14,18 +14,8 @@ use ndarray::linalg::general_mat_mul;
 use ndarray::{ArrayView2, ArrayViewMut2};
 use rand::RngExt;
 
+pub use crate::sample::neighbors::Block;
 use crate::sample::Rng;
-
-/// One block of a mini-batch.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Block {
-    pub num_src: usize,
-    pub num_dst: usize,
-    /// `num_dst + 1` offsets into `nbrs`.
-    pub offsets: Vec<u32>,
-    /// Input rows (below `num_src`) of the output nodes' sampled neighbours.
-    pub nbrs: Vec<u32>,
-}
 
 /// A mini-batch: its blocks, the outermost block's input rows and the seeds' labels.
 pub struct Batch<'a> {

@@ -4,6 +4,7 @@
 pub mod alias;
 pub mod edges;
 pub mod negatives;
+pub mod neighbors;
 pub mod walk;
 
 use rand_xoshiro::Xoshiro256PlusPlus;
