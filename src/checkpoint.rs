@@ -82,8 +82,8 @@ pub fn identity(cfg: &TrainConfig, g: &LocalGraph, digest: u64) -> serde_json::V
         // What shapes a knowledge-graph model's parameters and loss (walk and edge models keep
         // the identity their checkpoints were written with).
         let kg = serde_json::json!({
-            "kg_loss": cfg.kg_loss,
-            "gamma": cfg.gamma,
+            "kg_loss": cfg.kg.kg_loss,
+            "gamma": cfg.kg.gamma,
         });
         if let (Some(o), Some(k)) = (id.as_object_mut(), kg.as_object()) {
             o.extend(k.clone());

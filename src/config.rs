@@ -247,6 +247,17 @@ pub struct TrainConfig {
     pub resume_required: bool,
     pub on_nan: OnNan,
     pub clip_grad: f32,
+    /// The knowledge-graph models' section (flattened: the effective config's JSON keeps its
+    /// keys at the top level).
+    #[serde(flatten)]
+    pub kg: KgSettings,
+    #[serde(skip)]
+    pub inject_fault: Option<Fault>,
+}
+
+/// The knowledge-graph models' settings: what `model::kge` and the triples' work source read.
+#[derive(Clone, Debug, Serialize)]
+pub struct KgSettings {
     pub kg_loss: KgLoss,
     pub reg: Reg,
     pub reg_weight: f32,
@@ -259,8 +270,6 @@ pub struct TrainConfig {
     pub valid_every: u32,
     /// `--patience`: validations without a better MRR before training stops.
     pub patience: Option<u32>,
-    #[serde(skip)]
-    pub inject_fault: Option<Fault>,
 }
 
 /// How a batch's pairs update the rows (`--update`).
@@ -621,29 +630,31 @@ impl TrainConfig {
             resume: r.resume.or(r.resume_if_present),
             on_nan: r.on_nan.unwrap_or(OnNan::Abort),
             clip_grad: r.clip_grad.unwrap_or(0.0),
-            kg_loss: r.loss.unwrap_or(if distance {
-                KgLoss::Logistic
-            } else {
-                KgLoss::Softmax
-            }),
-            reg: r
-                .regularization
-                .unwrap_or(if kg && !distance { Reg::N3 } else { Reg::None }),
-            reg_weight: r
-                .reg_weight
-                .unwrap_or(if kg && !distance { KG_N3 } else { 0.0 }),
-            gamma: r.gamma.unwrap_or(6.0),
-            adversarial_temperature: r.adversarial_temperature.unwrap_or(if distance {
-                1.0
-            } else {
-                0.0
-            }),
-            negative_sampling: r.negative_sampling.unwrap_or(NegSampling::Uniform),
-            negatives_from: r.negatives_from.unwrap_or(NegativesFrom::Shard),
-            triple_weights: r.triple_weights.unwrap_or(TripleWeights::Uniform),
-            valid: r.valid.clone(),
-            valid_every: r.valid_every.unwrap_or(5),
-            patience: r.patience,
+            kg: KgSettings {
+                kg_loss: r.loss.unwrap_or(if distance {
+                    KgLoss::Logistic
+                } else {
+                    KgLoss::Softmax
+                }),
+                reg: r
+                    .regularization
+                    .unwrap_or(if kg && !distance { Reg::N3 } else { Reg::None }),
+                reg_weight: r
+                    .reg_weight
+                    .unwrap_or(if kg && !distance { KG_N3 } else { 0.0 }),
+                gamma: r.gamma.unwrap_or(6.0),
+                adversarial_temperature: r.adversarial_temperature.unwrap_or(if distance {
+                    1.0
+                } else {
+                    0.0
+                }),
+                negative_sampling: r.negative_sampling.unwrap_or(NegSampling::Uniform),
+                negatives_from: r.negatives_from.unwrap_or(NegativesFrom::Shard),
+                triple_weights: r.triple_weights.unwrap_or(TripleWeights::Uniform),
+                valid: r.valid.clone(),
+                valid_every: r.valid_every.unwrap_or(5),
+                patience: r.patience,
+            },
             inject_fault: text.inject_fault,
         };
         c.check()?;
@@ -686,16 +697,16 @@ impl TrainConfig {
             if matches!(model, Model::Complex | Model::Rotate) && !c.dim.is_multiple_of(2) {
                 errs.push(format!("--model {}: --dim must be even (complex coordinates: real and imaginary halves), got {}", format!("{model:?}").to_lowercase(), c.dim));
             }
-            if !(c.reg_weight.is_finite() && c.reg_weight >= 0.0) {
+            if !(c.kg.reg_weight.is_finite() && c.kg.reg_weight >= 0.0) {
                 errs.push("--reg-weight must be >= 0".into());
             }
-            if !(c.gamma.is_finite() && c.gamma > 0.0) {
+            if !(c.kg.gamma.is_finite() && c.kg.gamma > 0.0) {
                 errs.push("--gamma must be positive".into());
             }
-            if !(c.adversarial_temperature.is_finite() && c.adversarial_temperature >= 0.0) {
+            if !(c.kg.adversarial_temperature.is_finite() && c.kg.adversarial_temperature >= 0.0) {
                 errs.push("--adversarial-temperature must be >= 0 (0: uniform weights)".into());
             } else if r.adversarial_temperature.is_some_and(|a| a > 0.0)
-                && c.kg_loss != KgLoss::Logistic
+                && c.kg.kg_loss != KgLoss::Logistic
             {
                 errs.push(
                     "--adversarial-temperature weights the negatives of --loss logistic".into(),
@@ -704,20 +715,20 @@ impl TrainConfig {
             if c.negatives == 0 {
                 errs.push("--negatives must be at least 1 for knowledge-graph models".into());
             }
-            if c.valid_every == 0 {
+            if c.kg.valid_every == 0 {
                 errs.push("--valid-every must be at least 1 (epochs)".into());
             }
-            if c.patience.is_some() && c.valid.is_none() {
+            if c.kg.patience.is_some() && c.kg.valid.is_none() {
                 errs.push("--patience stops on the validation MRR: give --valid valid.h5".into());
             }
-            if c.patience == Some(0) {
+            if c.kg.patience == Some(0) {
                 errs.push("--patience must be at least 1 (validations)".into());
             }
             if !errs.is_empty() {
                 return Err(Error::config(errs.join("; ")));
             }
-            if c.kg_loss != KgLoss::Logistic {
-                c.adversarial_temperature = 0.0;
+            if c.kg.kg_loss != KgLoss::Logistic {
+                c.kg.adversarial_temperature = 0.0;
             }
             c.update = Update::Batched;
         } else if let Some((_, flag)) = kg_flags.iter().find(|(given, _)| *given) {
@@ -905,6 +916,44 @@ mod tests {
         }
     }
 
+    /// The sections keep the effective config flat: the same keys at the top level, in the
+    /// order the output files and checkpoints have always carried them.
+    #[test]
+    fn the_effective_config_keeps_its_keys_flat() {
+        let c = super::TrainConfig::from_raw(super::RawTrain {
+            graph: Some("g.h5".into()),
+            model: Some(super::Model::Rotate),
+            ..Default::default()
+        })
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&c.to_json()).unwrap();
+        let o = v.as_object().unwrap();
+        assert!(!o.contains_key("kg"));
+        assert_eq!(o["gamma"], serde_json::json!(6.0));
+        assert_eq!(o["kg_loss"], serde_json::json!("logistic"));
+        // The order, from the text (serde_json's map sorts its keys).
+        let text = c.to_json();
+        let at: Vec<usize> = [
+            "clip_grad",
+            "kg_loss",
+            "reg",
+            "reg_weight",
+            "gamma",
+            "adversarial_temperature",
+            "negative_sampling",
+            "negatives_from",
+            "triple_weights",
+            "valid",
+            "valid_every",
+            "patience",
+        ]
+        .iter()
+        .map(|k| text.find(&format!("\"{k}\":")).unwrap())
+        .collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{text}");
+        assert!(text.ends_with("\"patience\":null}"), "{text}");
+    }
+
     proptest! {
         /// Any run file text parses or gives an error; never a panic.
         #[test]
@@ -969,9 +1018,9 @@ mod tests {
             TrainConfig::from_raw(file.overridden_by(raw())).unwrap()
         };
         let c = kg("[training]\nalgorithm = \"distmult\"\n");
-        assert_eq!(c.negatives_from, NegativesFrom::Shard);
+        assert_eq!(c.kg.negatives_from, NegativesFrom::Shard);
         let c = kg("[training]\nalgorithm = \"distmult\"\nnegatives_from = \"all\"\n");
-        assert_eq!(c.negatives_from, NegativesFrom::All);
+        assert_eq!(c.kg.negatives_from, NegativesFrom::All);
         // A knowledge-graph option on a walk model is refused by name.
         let e = TrainConfig::from_raw(RawTrain {
             negatives_from: Some(NegativesFrom::All),

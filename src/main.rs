@@ -645,7 +645,7 @@ fn train_cmd(comm: &Comm, t: &TrainCmd) -> Result<()> {
             path: m,
         }));
         let mut inputs = vec![("--graph", cfg.graph.as_path())];
-        inputs.extend(cfg.valid.as_deref().map(|v| ("--valid", v)));
+        inputs.extend(cfg.kg.valid.as_deref().map(|v| ("--valid", v)));
         inputs.extend(t.config.as_deref().map(|c| ("--config", c)));
         outfile::check(&outs, &inputs)
             .map_err(|e| match (e, cfg.output_is_default) {

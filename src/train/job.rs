@@ -397,7 +397,7 @@ fn read_triples(comm: &Comm, cfg: &TrainConfig) -> Result<Option<KgTriples>> {
         let (n, r) = (f.len(), comm.rank() as u64);
         let p = comm.size() as u64;
         let mine = f.read(n * r / p, n * (r + 1) / p)?;
-        let valid = match &cfg.valid {
+        let valid = match &cfg.kg.valid {
             Some(v) => {
                 let (e, rels) = (f.num_entities(), f.num_relations);
                 let valid = crate::graph::triples::read_all(std::slice::from_ref(v), e, rels)?;
@@ -410,7 +410,7 @@ fn read_triples(comm: &Comm, cfg: &TrainConfig) -> Result<Option<KgTriples>> {
         Ok((mine, valid))
     });
     let (mine, valid) = agree(comm, read)?;
-    Ok(Some((kg::weigh(comm, &mine, cfg.triple_weights), valid)))
+    Ok(Some((kg::weigh(comm, &mine, cfg.kg.triple_weights), valid)))
 }
 
 /// Collective: the embeddings (and rank 0's names and the model's extra output) written to a

@@ -57,7 +57,7 @@ impl<M: model::Model> Trainer<'_, M> {
         // the triples, 24 B per triple against kilobytes of rows): over p epochs every
         // triple meets every shard.
         let rotate =
-            cfg.negatives_from == crate::config::NegativesFrom::Shard && self.comm.size() > 1;
+            cfg.kg.negatives_from == crate::config::NegativesFrom::Shard && self.comm.size() > 1;
         let mut held = 0u64;
         for epoch in first_epoch..=cfg.epochs {
             if rotate {
@@ -95,13 +95,13 @@ impl<M: model::Model> Trainer<'_, M> {
                 break;
             }
             if let Some((v, known)) = valid {
-                if epoch % cfg.valid_every == 0 || epoch == cfg.epochs {
+                if epoch % cfg.kg.valid_every == 0 || epoch == cfg.epochs {
                     self.drain(lr);
                     self.validate(epoch, v, known);
                     // Every rank ranks the same triples with the same rows: the same MRR, so
                     // all stop at the same epoch.
                     if let (Some(patience), Some(&[_, mrr, _])) =
-                        (cfg.patience, self.m.valid.last())
+                        (cfg.kg.patience, self.m.valid.last())
                     {
                         if mrr > best + 1e-4 {
                             (best, flat) = (mrr, 0);
