@@ -29,6 +29,8 @@ pub enum Model {
     Transe,
     /// Knowledge graphs: `gamma - sum |h o e^(i theta) - t|`
     Rotate,
+    /// GraphSAGE over node features (`convert --features --labels --split`)
+    Sage,
 }
 
 impl Model {
@@ -251,8 +253,61 @@ pub struct TrainConfig {
     /// keys at the top level).
     #[serde(flatten)]
     pub kg: KgSettings,
+    /// GraphSAGE's section (`--model sage` only; flattened).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub sage: Option<SageSettings>,
     #[serde(skip)]
     pub inject_fault: Option<Fault>,
+}
+
+/// GraphSAGE's settings (`model::sage`, `train::sage`).
+#[derive(Clone, Debug, Serialize)]
+pub struct SageSettings {
+    pub hidden: usize,
+    /// Per hop, the seeds' first: one layer each.
+    pub fanout: Vec<usize>,
+    pub dropout: f32,
+    pub weight_decay: f32,
+}
+
+impl SageSettings {
+    /// The settings of `--model sage` from the flags given.
+    fn from_raw(r: &RawTrain) -> Result<SageSettings> {
+        let fanout = match &r.fanout {
+            None => vec![25, 10],
+            Some(t) => t
+                .split(',')
+                .map(|x| x.trim().parse::<usize>().ok().filter(|&f| f > 0))
+                .collect::<Option<Vec<usize>>>()
+                .filter(|f| (1..=4).contains(&f.len()))
+                .ok_or_else(|| {
+                    Error::config(format!(
+                        "--fanout '{t}': 1 to 4 positive counts separated by commas, the seeds' hop first (25,10)"
+                    ))
+                })?,
+        };
+        let s = SageSettings {
+            hidden: r.hidden.unwrap_or(128),
+            fanout,
+            dropout: r.dropout.unwrap_or(0.5),
+            weight_decay: r.weight_decay.unwrap_or(5e-4),
+        };
+        let mut errs = Vec::new();
+        if !(1..=65536).contains(&s.hidden) {
+            errs.push("--hidden must be 1 to 65536");
+        }
+        if !(0.0..1.0).contains(&s.dropout) {
+            errs.push("--dropout must be in [0, 1)");
+        }
+        if !(s.weight_decay.is_finite() && s.weight_decay >= 0.0) {
+            errs.push("--weight-decay must be >= 0");
+        }
+        if errs.is_empty() {
+            Ok(s)
+        } else {
+            Err(Error::config(errs.join("; ")))
+        }
+    }
 }
 
 /// The knowledge-graph models' settings: what `model::kge` and the triples' work source read.
@@ -476,6 +531,7 @@ pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
 fn refuse_other_models_flags(r: &RawTrain, model: Model) -> Result<()> {
     let walks = matches!(model, Model::Deepwalk | Model::Node2vec);
     let line = model == Model::Line;
+    let sage = model == Model::Sage;
     let unused: Vec<&str> = [
         (r.walks_per_node.is_some(), "--walks-per-node", walks),
         (r.walk_length.is_some(), "--walk-length", walks),
@@ -483,6 +539,10 @@ fn refuse_other_models_flags(r: &RawTrain, model: Model) -> Result<()> {
         (r.kernel.is_some(), "--kernel", walks),
         (r.order.is_some(), "--order", line),
         (r.line_samples.is_some(), "--line-samples", line),
+        (r.hidden.is_some(), "--hidden", sage),
+        (r.fanout.is_some(), "--fanout", sage),
+        (r.dropout.is_some(), "--dropout", sage),
+        (r.weight_decay.is_some(), "--weight-decay", sage),
     ]
     .into_iter()
     .filter(|&(given, _, applies)| given && !applies)
@@ -494,11 +554,39 @@ fn refuse_other_models_flags(r: &RawTrain, model: Model) -> Result<()> {
                 unused.join(", "),
                 if unused.len() == 1 { "does" } else { "do" },
                 format!("{model:?}").to_lowercase(),
-                "--walks-per-node, --walk-length, --window and --kernel are the walk models' (deepwalk, node2vec), --order and --line-samples LINE's",
+                "--walks-per-node, --walk-length, --window and --kernel are the walk models' (deepwalk, node2vec), --order and --line-samples LINE's, --hidden, --fanout, --dropout and --weight-decay GraphSAGE's",
                 if unused.len() == 1 { "it" } else { "them" }
             )));
     }
     Ok(())
+}
+
+/// The default optimizer of `model`: row-wise Adagrad for the knowledge-graph models (what
+/// PyTorch-BigGraph and DGL-KE use), Adam for GraphSAGE's dense weights, else SGD.
+fn default_optimizer(model: Model) -> Optimizer {
+    match model {
+        _ if model.is_kg() => Optimizer::Adagrad,
+        Model::Sage => Optimizer::Adam,
+        _ => Optimizer::Sgd,
+    }
+}
+
+/// The default epochs of `model`.
+fn default_epochs(model: Model) -> u32 {
+    match model {
+        _ if model.is_kg() => KG_EPOCHS,
+        Model::Sage => SAGE_EPOCHS,
+        _ => 1,
+    }
+}
+
+/// The default step of `model` (pairs, triples or seeds over all ranks).
+fn default_batch(model: Model) -> usize {
+    match model {
+        _ if model.is_kg() => KG_BATCH,
+        Model::Sage => SAGE_BATCH,
+        _ => BATCH,
+    }
 }
 
 /// The default learning rate of `model` under `optimizer`.
@@ -564,18 +652,13 @@ impl TrainConfig {
         let model = r.model.unwrap_or(Model::Deepwalk);
         let kg = model.is_kg();
         let distance = matches!(model, Model::Transe | Model::Rotate);
-        // Knowledge-graph models update through the owner's optimizer; row-wise Adagrad is
-        // what PyTorch-BigGraph and DGL-KE use.
-        let optimizer = r.optimizer.unwrap_or(if kg {
-            Optimizer::Adagrad
-        } else {
-            Optimizer::Sgd
-        });
+        let optimizer = r.optimizer.unwrap_or(default_optimizer(model));
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         if r.resume.is_some() && r.resume_if_present.is_some() {
             return bad("give one of resume and resume_if_present (--resume, --resume-if-present), not both".into());
         }
         let text = TextFlags::parse(&r)?;
+        let sage_settings = SageSettings::from_raw(&r);
         let output_is_default = r.output.is_none();
         let mut c = TrainConfig {
             output: Some(r.output.unwrap_or_else(|| default_output(&graph))),
@@ -593,13 +676,13 @@ impl TrainConfig {
             walk_length: r.walk_length.unwrap_or(80),
             window: r.window.unwrap_or(10),
             negatives: r.negatives.unwrap_or(if kg { KG_NEGATIVES } else { 5 }),
-            epochs: r.epochs.unwrap_or(if kg { KG_EPOCHS } else { 1 }),
+            epochs: r.epochs.unwrap_or(default_epochs(model)),
             p: r.p.unwrap_or(1.0),
             q: r.q.unwrap_or(1.0),
             order: r.order.unwrap_or(2),
             line_samples: r.line_samples.unwrap_or(100.0),
             subsample: r.subsample.unwrap_or(1e-3),
-            batch_size: r.batch_size.unwrap_or(if kg { KG_BATCH } else { BATCH }),
+            batch_size: r.batch_size.unwrap_or(default_batch(model)),
             batch_size_is_default: r.batch_size.is_none(),
             request_batch_size: r.request_batch_size.unwrap_or(4096),
             shared_negatives: r.shared_negatives.unwrap_or(if kg { KG_CHUNK } else { 1 }),
@@ -654,6 +737,10 @@ impl TrainConfig {
                 valid: r.valid.clone(),
                 valid_every: r.valid_every.unwrap_or(5),
                 patience: r.patience,
+            },
+            sage: match model {
+                Model::Sage => Some(sage_settings?),
+                _ => None,
             },
             inject_fault: text.inject_fault,
         };

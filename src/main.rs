@@ -704,7 +704,7 @@ fn plan_batch(x: &PlanCmd) -> f64 {
 
 fn plan_cmd(x: &PlanCmd) -> Result<()> {
     use graphscale::plan::{self, Job, Rates};
-    if x.model.is_kg() {
+    if x.model.is_kg() || x.model == Model::Sage {
         // Their steps (chunks of triples against shared negatives, owner-side Adagrad, the
         // replicated relations) are not in the model: a walk plan under their name would lie.
         return Err(Error::config(format!(

@@ -94,7 +94,7 @@ impl TrainConfig {
                     "--line-samples must be positive",
                 );
             }
-            Model::Distmult | Model::Complex | Model::Transe | Model::Rotate => {}
+            Model::Distmult | Model::Complex | Model::Transe | Model::Rotate | Model::Sage => {}
         }
     }
 

@@ -57,6 +57,11 @@ pub const KG_CHUNK: usize = 64;
 pub const KG_BATCH: usize = 1024;
 pub const KG_EPOCHS: u32 = 30;
 pub const KG_N3: f32 = 0.05;
+/// GraphSAGE (`--model sage`): epochs and seeds per step over all ranks (Cora's public split:
+/// 140 training nodes, one step per epoch; tests/gnn.rs).
+pub const SAGE_EPOCHS: u32 = 100;
+pub const SAGE_BATCH: usize = 512;
+
 /// Adagrad's learning rate for DistMult and ComplEx (WN18RR, 30 epochs, filtered MRR on the
 /// validation set: DistMult 0.407 at 0.3, 0.418 at 0.5, 0.411 at 1.0 (test 0.335 at 0.1);
 /// ComplEx 0.402 at 0.1, 0.439 at 0.5). TransE and RotatE keep Adagrad's 0.1 (RotatE: valid

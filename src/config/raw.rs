@@ -213,6 +213,19 @@ pub struct RawTrain {
     /// the written rows are those of the last epoch trained)
     #[arg(long)]
     pub patience: Option<u32>,
+    /// GraphSAGE (--model sage): the width of the hidden layers (default 128)
+    #[arg(long)]
+    pub hidden: Option<usize>,
+    /// GraphSAGE: neighbours sampled per node and hop, the seeds' hop first, one per layer
+    /// (default 25,10)
+    #[arg(long)]
+    pub fanout: Option<String>,
+    /// GraphSAGE: dropout on the hidden layers (default 0.5)
+    #[arg(long)]
+    pub dropout: Option<f32>,
+    /// GraphSAGE: Adam's L2 weight decay (default 5e-4)
+    #[arg(long)]
+    pub weight_decay: Option<f32>,
     /// Test hook: make one rank fail, `rank=R,step=S,kind=panic|exit|hang|kill`.
     #[arg(long, hide = true)]
     #[serde(skip)]
@@ -395,6 +408,10 @@ impl RawTrain {
             valid: f.training.valid,
             valid_every: f.training.valid_every,
             patience: f.training.patience,
+            hidden: None,
+            fanout: None,
+            dropout: None,
+            weight_decay: None,
             inject_fault: None,
         })
     }
@@ -460,6 +477,10 @@ impl RawTrain {
             valid,
             valid_every,
             patience,
+            hidden,
+            fanout,
+            dropout,
+            weight_decay,
             inject_fault
         )
     }

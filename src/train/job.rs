@@ -5,6 +5,9 @@ use super::*;
 
 /// Collective: load the graph, allocate storage, train, write the output.
 pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
+    if cfg.model == Model::Sage {
+        return super::sage::run(comm, cfg);
+    }
     // What the process holds before it reads anything (libraries, MPI's buffers): the base of
     // the printed memory estimate.
     let process = crate::stats::peak_rss_bytes();

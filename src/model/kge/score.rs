@@ -30,7 +30,7 @@ impl Score {
             Kind::Complex => Some(Score::ComplEx),
             Kind::Transe => Some(Score::TransE),
             Kind::Rotate => Some(Score::RotatE),
-            Kind::Deepwalk | Kind::Node2vec | Kind::Line => None,
+            Kind::Deepwalk | Kind::Node2vec | Kind::Line | Kind::Sage => None,
         }
     }
 
