@@ -268,6 +268,17 @@ pub struct SageSettings {
     pub fanout: Vec<usize>,
     pub dropout: f32,
     pub weight_decay: f32,
+    pub feature_norm: FeatureNorm,
+}
+
+/// GraphSAGE's feature scaling (`--feature-norm`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum FeatureNorm {
+    /// Rows to sum 1 when no feature is negative.
+    Auto,
+    Row,
+    None,
 }
 
 impl SageSettings {
@@ -291,6 +302,7 @@ impl SageSettings {
             fanout,
             dropout: r.dropout.unwrap_or(0.5),
             weight_decay: r.weight_decay.unwrap_or(5e-4),
+            feature_norm: r.feature_norm.unwrap_or(FeatureNorm::Auto),
         };
         let mut errs = Vec::new();
         if !(1..=65536).contains(&s.hidden) {
@@ -543,6 +555,7 @@ fn refuse_other_models_flags(r: &RawTrain, model: Model) -> Result<()> {
         (r.fanout.is_some(), "--fanout", sage),
         (r.dropout.is_some(), "--dropout", sage),
         (r.weight_decay.is_some(), "--weight-decay", sage),
+        (r.feature_norm.is_some(), "--feature-norm", sage),
     ]
     .into_iter()
     .filter(|&(given, _, applies)| given && !applies)
@@ -554,7 +567,7 @@ fn refuse_other_models_flags(r: &RawTrain, model: Model) -> Result<()> {
                 unused.join(", "),
                 if unused.len() == 1 { "does" } else { "do" },
                 format!("{model:?}").to_lowercase(),
-                "--walks-per-node, --walk-length, --window and --kernel are the walk models' (deepwalk, node2vec), --order and --line-samples LINE's, --hidden, --fanout, --dropout and --weight-decay GraphSAGE's",
+                "--walks-per-node, --walk-length, --window and --kernel are the walk models' (deepwalk, node2vec), --order and --line-samples LINE's, --hidden, --fanout, --dropout, --weight-decay and --feature-norm GraphSAGE's",
                 if unused.len() == 1 { "it" } else { "them" }
             )));
     }

@@ -226,6 +226,10 @@ pub struct RawTrain {
     /// GraphSAGE: Adam's L2 weight decay (default 5e-4)
     #[arg(long)]
     pub weight_decay: Option<f32>,
+    /// GraphSAGE: scale each node's feature row to sum 1 (row), leave it (none), or row when
+    /// no feature is negative (auto: bag-of-words counts, as PyG's NormalizeFeatures; default)
+    #[arg(long, value_enum)]
+    pub feature_norm: Option<FeatureNorm>,
     /// Test hook: make one rank fail, `rank=R,step=S,kind=panic|exit|hang|kill`.
     #[arg(long, hide = true)]
     #[serde(skip)]
@@ -412,6 +416,7 @@ impl RawTrain {
             fanout: None,
             dropout: None,
             weight_decay: None,
+            feature_norm: None,
             inject_fault: None,
         })
     }
@@ -481,6 +486,7 @@ impl RawTrain {
             fanout,
             dropout,
             weight_decay,
+            feature_norm,
             inject_fault
         )
     }

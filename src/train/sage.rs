@@ -14,7 +14,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 use crate::comm::{Comm, ReduceOp};
-use crate::config::{SageSettings, TrainConfig};
+use crate::config::{FeatureNorm, SageSettings, TrainConfig};
 use crate::error::{Error, Result};
 use crate::graph::h5::EdgeFile;
 use crate::graph::nodedata::{self, TEST, TRAIN, VALID};
@@ -39,10 +39,12 @@ struct Data {
     y: Vec<u32>,
     classes: usize,
     split: Vec<u8>,
+    /// The feature rows were scaled to sum 1.
+    normalized: bool,
 }
 
 impl Data {
-    fn load(path: &Path) -> Result<Data> {
+    fn load(path: &Path, norm: FeatureNorm) -> Result<Data> {
         let nd = nodedata::read(path)?;
         let missing = |what: &str, flag: &str| {
             Error::bad_input(
@@ -52,9 +54,19 @@ impl Data {
                 ),
             )
         };
-        let (cols, x) = nd
+        let (cols, mut x) = nd
             .features
             .ok_or_else(|| missing("node features", "--features"))?;
+        let normalized =
+            norm == FeatureNorm::Row || (norm == FeatureNorm::Auto && x.iter().all(|&v| v >= 0.0));
+        if normalized {
+            for row in x.chunks_exact_mut(cols.max(1)) {
+                let sum: f32 = row.iter().sum();
+                if sum > 0.0 {
+                    row.iter_mut().for_each(|v| *v /= sum);
+                }
+            }
+        }
         let labels = nd
             .labels
             .ok_or_else(|| missing("node labels", "--labels"))?;
@@ -108,6 +120,7 @@ impl Data {
             y,
             classes: labels.num_classes as usize,
             split,
+            normalized,
         })
     }
 
@@ -231,7 +244,7 @@ impl Epochs<'_> {
 pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     let s: &SageSettings = cfg.sage.as_ref().expect("--model sage has its settings");
     let t = Timer::start();
-    let d = agree(comm, Data::load(&cfg.graph))?;
+    let d = agree(comm, Data::load(&cfg.graph, s.feature_norm))?;
     let load = t.secs();
     let (train, valid, test) = (d.nodes(TRAIN), d.nodes(VALID), d.nodes(TEST));
     if train.is_empty() {
@@ -260,7 +273,7 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     m.seconds.load = load;
     if comm.rank() == 0 {
         eprintln!(
-            "graphscale: GraphSAGE-mean {dims:?}, fan-out {:?}, {} train / {} valid / {} test nodes, {} seeds per step over {} ranks; every rank holds the graph and its {} x {} features",
+            "graphscale: GraphSAGE-mean {dims:?}, fan-out {:?}, {} train / {} valid / {} test nodes, {} seeds per step over {} ranks; every rank holds the graph and its {} x {} features{}",
             s.fanout,
             train.len(),
             valid.len(),
@@ -268,7 +281,12 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
             cfg.batch_size,
             comm.size(),
             d.split.len(),
-            d.cols
+            d.cols,
+            if d.normalized {
+                " (rows scaled to sum 1: --feature-norm)"
+            } else {
+                ""
+            }
         );
     }
     let t = Timer::start();
