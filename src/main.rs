@@ -705,10 +705,11 @@ fn plan_batch(x: &PlanCmd) -> f64 {
 fn plan_cmd(x: &PlanCmd) -> Result<()> {
     use graphscale::plan::{self, Job, Rates};
     if x.model.is_kg() || x.model == Model::Sage {
-        // Their steps (chunks of triples against shared negatives, owner-side Adagrad, the
-        // replicated relations) are not in the model: a walk plan under their name would lie.
+        // Their steps (the KG models' chunks of triples against shared negatives, owner-side
+        // Adagrad and replicated relations; GraphSAGE's dense layers over sampled blocks) are
+        // not in the model: a walk plan under their name would lie.
         return Err(Error::config(format!(
-            "plan models the walk models and LINE, not --model {}: size a knowledge-graph run with a short `train --max-memory` start (it prints the estimate per rank) or docs/tuning.md",
+            "plan models the walk models and LINE, not --model {}: size such a run with a short `train --max-memory` start (it prints the estimate per rank) or docs/tuning.md",
             format!("{:?}", x.model).to_lowercase()
         )));
     }
