@@ -845,7 +845,14 @@ impl TrainConfig {
     fn settle_replicated(&mut self, r: &RawTrain) -> Result<()> {
         let c = self;
         let r_wire = r.wire_dtype;
-        if c.strategy == Strategy::Replicated {
+        if c.strategy == Strategy::Replicated && c.model == Model::Sage {
+            // GraphSAGE's baseline holds every feature row; its update is its own (Adam).
+            if r.cache_rows.is_some() {
+                return Err(Error::config(
+                    "--cache-rows (the cache of remote feature rows) applies to --strategy sharded, not replicated",
+                ));
+            }
+        } else if c.strategy == Strategy::Replicated {
             let mut errs = Vec::new();
             let mut b = c.hogwild_blockers();
             if c.dtype != Dtype::F32 {

@@ -350,6 +350,28 @@ pub fn summary_table(all: &[RankMetrics]) -> String {
     let loss: f64 = all.iter().map(|m| m.loss_sum).sum();
     let terms: u64 = all.iter().map(|m| m.loss_terms).sum();
     let rss = all.iter().map(|m| m.peak_rss_bytes).max().unwrap_or(0);
+    let moved: u64 = all
+        .iter()
+        .map(|m| m.comm_bytes_sent + m.one_sided_bytes)
+        .sum();
+    if all[0].model == "sage" {
+        let (hits, misses) = (
+            all.iter().map(|m| m.cache_hits).sum::<u64>(),
+            all.iter().map(|m| m.cache_misses).sum::<u64>(),
+        );
+        s.push_str(&format!(
+            "training seeds {pairs} in {train:.2} s: {:.0} seeds/s; input rows {local} own, {hits} \
+             from the feature cache, {misses} read from their owners ({}); peak RSS per rank {}\n\
+             moved between ranks {} ({:.1} B per training seed, evaluation included; \
+             collectives sent plus one-sided reads)\n",
+            pairs as f64 / train.max(1e-9),
+            human_bytes(fetch),
+            human_bytes(rss),
+            human_bytes(moved),
+            moved as f64 / pairs.max(1) as f64
+        ));
+        return s;
+    }
     s.push_str(&format!(
         "pairs {pairs} in {train:.2} s: {:.0} pairs/s; rows local {local} remote {remote}; \
          fetched {}, pushed {}; mean loss per pair {:.4}; peak RSS per rank {}\n",
@@ -359,10 +381,6 @@ pub fn summary_table(all: &[RankMetrics]) -> String {
         loss / terms.max(1) as f64,
         human_bytes(rss)
     ));
-    let moved: u64 = all
-        .iter()
-        .map(|m| m.comm_bytes_sent + m.one_sided_bytes)
-        .sum();
     s.push_str(&format!(
         "moved between ranks {} ({:.1} B per pair; collectives sent plus one-sided reads)\n",
         human_bytes(moved),

@@ -250,3 +250,64 @@ fn sage_on_cora_reaches_the_published_accuracy() {
         "mean test accuracy {mean:.3} over seeds: {tests:?}"
     );
 }
+
+/// The lines of a run that only its arithmetic decides: each epoch's loss and accuracies, and
+/// the test accuracy.
+fn trace(o: &Out) -> Vec<String> {
+    o.stderr
+        .lines()
+        .filter(|l| l.contains("epoch ") || l.contains("test accuracy"))
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
+/// With every neighbour sampled (a fan-out above Cora's largest degree) and no dropout, a run
+/// is the same arithmetic at any rank count and in either strategy: the sharded strategy's
+/// owner-answered sampling and one-sided feature reads (through its cache) must hand every
+/// rank the rows one rank reads from its own memory. A misplaced answer or row changes the loss.
+#[test]
+fn sharded_and_replicated_sage_compute_what_one_rank_computes() {
+    let d = tmp();
+    let g = cora(d.path());
+    let common = [
+        "--graph",
+        s(&g),
+        "--model",
+        "sage",
+        "--epochs",
+        "3",
+        "--fanout",
+        "1000,1000",
+        "--dropout",
+        "0",
+        "--threads",
+        "1",
+    ];
+    let with = |extra: &[&str]| {
+        let mut a = common.to_vec();
+        a.extend_from_slice(extra);
+        let o = run(300, &a);
+        assert_eq!(o.code, 0, "{}", o.all());
+        o
+    };
+    let one = trace(&with(&[]));
+    assert_eq!(one.len(), 4, "{one:?}");
+    let sharded = with(&["--ranks", "4", "--cache-rows", "300"]);
+    assert!(sharded.stderr.contains("sharded"), "{}", sharded.all());
+    assert!(
+        sharded.stderr.contains("from the feature cache"),
+        "{}",
+        sharded.all()
+    );
+    assert_eq!(trace(&sharded), one, "4 ranks, sharded");
+    assert_eq!(
+        trace(&with(&["--ranks", "4", "--strategy", "replicated"])),
+        one,
+        "4 ranks, replicated"
+    );
+    let mut a = vec!["train"];
+    a.extend_from_slice(&common);
+    let o = mpirun(3, 300, &a);
+    assert_eq!(o.code, 0, "{}", o.all());
+    assert_eq!(trace(&o), one, "3 ranks under mpirun, sharded");
+}

@@ -546,6 +546,7 @@ pub struct NodeData {
 
 /// Read the node data of `path` whole (for one rank's use and for checks).
 pub fn read(path: &Path) -> Result<NodeData> {
+    let (labels, split) = read_labelled(path)?;
     let f = super::h5::open_h5(path)?;
     let err = |what: &'static str| move |e| Error::hdf5(path, what, e);
     let features = match f.dataset("features") {
@@ -570,6 +571,81 @@ pub fn read(path: &Path) -> Result<NodeData> {
         }
         Err(_) => None,
     };
+    Ok(NodeData {
+        features,
+        labels,
+        split,
+    })
+}
+
+/// The shape of `features` (rows, columns) and whether it is stored in f16; `None` without it.
+pub fn feature_shape(path: &Path) -> Result<Option<(usize, usize, bool)>> {
+    let f = super::h5::open_h5(path)?;
+    let Ok(d) = f.dataset("features") else {
+        return Ok(None);
+    };
+    let shape = d.shape();
+    if shape.len() != 2 {
+        return Err(Error::bad_input(
+            path,
+            format!("dataset 'features' has shape {shape:?}, expected (nodes, columns)"),
+        ));
+    }
+    let half = d
+        .dtype()
+        .map_err(|e| Error::hdf5(path, "features type", e))?
+        .size()
+        == 2;
+    Ok(Some((shape[0], shape[1], half)))
+}
+
+/// The feature rows `first, first + step, ...` below `end` (a rank's rows under a striped or
+/// block partition), `rows_at_once` at a time, each block handed to `take` as f32 with its
+/// first row's index among the selected rows.
+pub fn read_feature_rows(
+    path: &Path,
+    (first, end, step): (usize, usize, usize),
+    rows_at_once: usize,
+    mut take: impl FnMut(usize, &[f32]),
+) -> Result<()> {
+    use ndarray::{s, Array2};
+    let f = super::h5::open_h5(path)?;
+    let d = f
+        .dataset("features")
+        .map_err(|e| Error::hdf5(path, "open features", e))?;
+    let half = d
+        .dtype()
+        .map_err(|e| Error::hdf5(path, "features type", e))?
+        .size()
+        == 2;
+    let err = |e| Error::hdf5(path, "read features", e);
+    let (step, chunk) = (step.max(1), rows_at_once.max(1));
+    let count = if end > first {
+        (end - first).div_ceil(step)
+    } else {
+        0
+    };
+    let mut done = 0;
+    while done < count {
+        let n = chunk.min(count - done);
+        let (a, b) = (first + done * step, first + (done + n - 1) * step + 1);
+        let x: Vec<f32> = if half {
+            let a: Array2<f16> = d.read_slice(s![a..b;step, ..]).map_err(err)?;
+            a.iter().map(|v| v.to_f32()).collect()
+        } else {
+            let a: Array2<f32> = d.read_slice(s![a..b;step, ..]).map_err(err)?;
+            a.into_raw_vec_and_offset().0
+        };
+        take(done, &x);
+        done += n;
+    }
+    Ok(())
+}
+
+/// The labels and the split of `path` (whole), without its features.
+pub fn read_labelled(path: &Path) -> Result<(Option<Labels>, Option<Vec<u8>>)> {
+    let f = super::h5::open_h5(path)?;
+    let err = |what: &'static str| move |e| Error::hdf5(path, what, e);
     let labels = match (f.dataset("label_offsets"), f.dataset("label_ids")) {
         (Ok(o), Ok(i)) => {
             let offsets = o.read_raw::<u64>().map_err(err("read label_offsets"))?;
@@ -600,11 +676,7 @@ pub fn read(path: &Path) -> Result<NodeData> {
         Ok(d) => Some(d.read_raw::<u8>().map_err(err("read split"))?),
         Err(_) => None,
     };
-    Ok(NodeData {
-        features,
-        labels,
-        split,
-    })
+    Ok((labels, split))
 }
 
 #[cfg(test)]

@@ -34,13 +34,30 @@ pub struct Sage {
 }
 
 /// What one layer's forward keeps for its backward.
+#[derive(Default)]
 struct Saved {
-    /// The layer's input rows (num_src x in) and the neighbours' means (num_dst x in).
-    input: Vec<f32>,
+    /// The neighbours' means of the layer's input rows (num_dst x in).
     mean: Vec<f32>,
-    /// The output after ReLU and dropout (hidden layers), with the dropout's scale per value
-    /// (0 where dropped or where ReLU cut).
+    /// The layer's output rows (num_dst x out): after ReLU and dropout on hidden layers.
+    out: Vec<f32>,
+    /// Hidden layers: the dropout's scale per output value (0 where dropped or where ReLU cut).
     gate: Vec<f32>,
+}
+
+/// The buffers of a step, kept across steps (no allocation once they have grown to the
+/// largest batch).
+#[derive(Default)]
+pub struct Work {
+    saved: Vec<Saved>,
+    dz: Vec<f32>,
+    dh: Vec<f32>,
+    dm: Vec<f32>,
+}
+
+/// `v` as `n` zeros, reusing its allocation.
+fn zeroed(v: &mut Vec<f32>, n: usize) {
+    v.clear();
+    v.resize(n, 0.0);
 }
 
 impl Sage {
@@ -74,22 +91,20 @@ impl Sage {
     }
 
     /// The output rows of `blocks` (the seeds: `blocks.last().num_dst` rows of the last
-    /// width) from the outermost block's input rows `x` (`blocks[0].num_src` x `dims[0]`).
-    /// `dropout` (a probability) applies with `rng`; `None` evaluates.
-    fn forward(
-        &self,
-        blocks: &[Block],
-        x: &[f32],
-        dropout: Option<(f32, &mut Rng)>,
-    ) -> (Vec<f32>, Vec<Saved>) {
+    /// width, left in `w.saved[last].out`) from the outermost block's input rows `x`
+    /// (`blocks[0].num_src` x `dims[0]`). `dropout` (a probability) applies with `rng`;
+    /// `None` evaluates.
+    fn forward(&self, w: &mut Work, blocks: &[Block], x: &[f32], dropout: Option<(f32, &mut Rng)>) {
         assert_eq!(blocks.len(), self.layers(), "one block per layer");
-        let mut h = x.to_vec();
-        let mut saved = Vec::with_capacity(blocks.len());
+        w.saved.resize_with(blocks.len(), Saved::default);
         let mut dropout = dropout;
         for (l, b) in blocks.iter().enumerate() {
             let (din, dout) = (self.dims[l], self.dims[l + 1]);
+            let (done, rest) = w.saved.split_at_mut(l);
+            let h: &[f32] = if l == 0 { x } else { &done[l - 1].out };
+            let s = &mut rest[0];
             assert_eq!(h.len(), b.num_src * din, "layer {l}: input rows");
-            let mean = neighbour_means(b, &h, din);
+            neighbour_means(b, h, din, &mut s.mean);
             let (at, _) = self.span(l);
             let p = &self.params[at..];
             let (ws, wn, bias) = (
@@ -97,17 +112,18 @@ impl Sage {
                 &p[din * dout..2 * din * dout],
                 &p[2 * din * dout..2 * din * dout + dout],
             );
-            let mut z = vec![0f32; b.num_dst * dout];
-            for row in z.chunks_exact_mut(dout) {
-                row.copy_from_slice(bias);
+            let z = &mut s.out;
+            z.clear();
+            for _ in 0..b.num_dst {
+                z.extend_from_slice(bias);
             }
-            matmul(&h[..b.num_dst * din], ws, &mut z, b.num_dst, din, dout, 1.0);
-            matmul(&mean, wn, &mut z, b.num_dst, din, dout, 1.0);
-            let mut gate = Vec::new();
+            matmul(&h[..b.num_dst * din], ws, z, b.num_dst, din, dout, 1.0);
+            matmul(&s.mean, wn, z, b.num_dst, din, dout, 1.0);
+            s.gate.clear();
             if l + 1 < blocks.len() {
-                gate = vec![0f32; z.len()];
+                zeroed(&mut s.gate, z.len());
                 let keep = dropout.as_ref().map_or(1.0, |(p, _)| 1.0 - p);
-                for (zi, g) in z.iter_mut().zip(gate.iter_mut()) {
+                for (zi, g) in z.iter_mut().zip(s.gate.iter_mut()) {
                     let kept = match &mut dropout {
                         Some((p, rng)) => rng.random::<f32>() >= *p,
                         None => true,
@@ -116,18 +132,18 @@ impl Sage {
                     *zi *= *g;
                 }
             }
-            saved.push(Saved {
-                input: std::mem::replace(&mut h, z),
-                mean,
-                gate,
-            });
         }
-        (h, saved)
     }
 
     /// Class scores of the seeds (evaluation: no dropout).
     pub fn predict(&self, blocks: &[Block], x: &[f32]) -> Vec<f32> {
-        self.forward(blocks, x, None).0
+        self.predict_in(&mut Work::default(), blocks, x).to_vec()
+    }
+
+    /// As [`Sage::predict`], in `w`'s buffers: the scores stay in `w` until its next use.
+    pub fn predict_in<'w>(&self, w: &'w mut Work, blocks: &[Block], x: &[f32]) -> &'w [f32] {
+        self.forward(w, blocks, x, None);
+        &w.saved.last().expect("layers").out
     }
 
     /// Softmax cross-entropy of the seeds against `labels` (one class each), its gradient
@@ -142,21 +158,38 @@ impl Sage {
         grads: &mut [f32],
         gx: Option<&mut [f32]>,
     ) -> (f64, usize) {
+        self.train_step_in(&mut Work::default(), batch, dropout, rng, grads, gx)
+    }
+
+    /// As [`Sage::train_step`], in `w`'s buffers.
+    pub fn train_step_in(
+        &self,
+        w: &mut Work,
+        batch: &Batch,
+        dropout: f32,
+        rng: &mut Rng,
+        grads: &mut [f32],
+        gx: Option<&mut [f32]>,
+    ) -> (f64, usize) {
         assert_eq!(grads.len(), self.params.len());
         let (blocks, x, labels) = (batch.blocks, batch.x, batch.labels);
-        let (scores, saved) = self.forward(blocks, x, (dropout > 0.0).then_some((dropout, rng)));
+        self.forward(w, blocks, x, (dropout > 0.0).then_some((dropout, rng)));
         let classes = *self.dims.last().expect("dims");
-        let (loss, correct, mut dz) = softmax_xent(&scores, labels, classes);
+        let scores = &w.saved.last().expect("layers").out;
+        let (loss, correct) = softmax_xent(scores, labels, classes, &mut w.dz);
         for l in (0..blocks.len()).rev() {
-            let (b, s) = (&blocks[l], &saved[l]);
+            let b = &blocks[l];
             let (din, dout) = (self.dims[l], self.dims[l + 1]);
+            let input: &[f32] = if l == 0 { x } else { &w.saved[l - 1].out };
+            let s = &w.saved[l];
             let (at, n) = self.span(l);
             let g = &mut grads[at..at + n];
             let (gws, rest) = g.split_at_mut(din * dout);
             let (gwn, gb) = rest.split_at_mut(din * dout);
+            let dz = &w.dz;
             // dW_self += H_self^T dZ, dW_neigh += M^T dZ, db += sum dZ.
-            matmul_tn(&s.input[..b.num_dst * din], &dz, gws, b.num_dst, din, dout);
-            matmul_tn(&s.mean, &dz, gwn, b.num_dst, din, dout);
+            matmul_tn(&input[..b.num_dst * din], dz, gws, b.num_dst, din, dout);
+            matmul_tn(&s.mean, dz, gwn, b.num_dst, din, dout);
             for row in dz.chunks_exact(dout) {
                 gb.iter_mut().zip(row).for_each(|(a, d)| *a += d);
             }
@@ -166,10 +199,11 @@ impl Sage {
             // dH_self = dZ W_self^T; dM = dZ W_neigh^T, spread over the neighbours.
             let p = &self.params[at..];
             let (ws, wn) = (&p[..din * dout], &p[din * dout..2 * din * dout]);
-            let mut dh = vec![0f32; b.num_src * din];
-            matmul_nt(&dz, ws, &mut dh[..b.num_dst * din], b.num_dst, dout, din);
-            let mut dm = vec![0f32; b.num_dst * din];
-            matmul_nt(&dz, wn, &mut dm, b.num_dst, dout, din);
+            zeroed(&mut w.dh, b.num_src * din);
+            matmul_nt(dz, ws, &mut w.dh[..b.num_dst * din], b.num_dst, dout, din);
+            zeroed(&mut w.dm, b.num_dst * din);
+            matmul_nt(dz, wn, &mut w.dm, b.num_dst, dout, din);
+            let (dh, dm) = (&mut w.dh, &w.dm);
             for i in 0..b.num_dst {
                 let nb = &b.nbrs[b.offsets[i] as usize..b.offsets[i + 1] as usize];
                 if nb.is_empty() {
@@ -184,22 +218,22 @@ impl Sage {
             }
             if l == 0 {
                 if let Some(gx) = gx {
-                    gx.iter_mut().zip(&dh).for_each(|(a, d)| *a += d);
+                    gx.iter_mut().zip(dh.iter()).for_each(|(a, d)| *a += d);
                 }
                 break;
             }
             // Through the previous layer's ReLU and dropout.
-            let prev = &saved[l - 1].gate;
+            let prev = &w.saved[l - 1].gate;
             dh.iter_mut().zip(prev).for_each(|(d, g)| *d *= g);
-            dz = dh;
+            std::mem::swap(&mut w.dz, &mut w.dh);
         }
         (loss, correct)
     }
 }
 
-/// Per output node, the mean of its neighbours' input rows (zeros without neighbours).
-fn neighbour_means(b: &Block, h: &[f32], d: usize) -> Vec<f32> {
-    let mut m = vec![0f32; b.num_dst * d];
+/// Per output node, the mean of its neighbours' input rows (zeros without neighbours), into `m`.
+fn neighbour_means(b: &Block, h: &[f32], d: usize, m: &mut Vec<f32>) {
+    zeroed(m, b.num_dst * d);
     for (i, out) in m.chunks_exact_mut(d).enumerate() {
         let nb = &b.nbrs[b.offsets[i] as usize..b.offsets[i + 1] as usize];
         for &j in nb {
@@ -211,7 +245,6 @@ fn neighbour_means(b: &Block, h: &[f32], d: usize) -> Vec<f32> {
             out.iter_mut().for_each(|a| *a *= inv);
         }
     }
-    m
 }
 
 /// `c (m x n) = beta c + a (m x k) b (k x n)`.
@@ -238,10 +271,15 @@ fn matmul_nt(a: &[f32], b: &[f32], c: &mut [f32], m: usize, n: usize, k: usize) 
     general_mat_mul(1.0, &av, &bv.t(), 1.0, &mut cv);
 }
 
-/// Summed softmax cross-entropy of `scores` (rows of `classes`) against `labels`, the rows
-/// whose top score is their label, and the gradient of the summed loss.
-fn softmax_xent(scores: &[f32], labels: &[u32], classes: usize) -> (f64, usize, Vec<f32>) {
-    let mut grad = vec![0f32; scores.len()];
+/// Summed softmax cross-entropy of `scores` (rows of `classes`) against `labels` and the rows
+/// whose top score is their label; the gradient of the summed loss into `grad`.
+fn softmax_xent(
+    scores: &[f32],
+    labels: &[u32],
+    classes: usize,
+    grad: &mut Vec<f32>,
+) -> (f64, usize) {
+    zeroed(grad, scores.len());
     let (mut loss, mut correct) = (0f64, 0usize);
     for ((s, g), &y) in scores
         .chunks_exact(classes)
@@ -260,7 +298,7 @@ fn softmax_xent(scores: &[f32], labels: &[u32], classes: usize) -> (f64, usize, 
             .expect("classes");
         correct += usize::from(top == y as usize);
     }
-    (loss, correct, grad)
+    (loss, correct)
 }
 
 /// Adam (Kingma and Ba) over a flat parameter vector, with L2 weight decay added to the

@@ -28,10 +28,49 @@ pub fn sample_blocks(
     mut nbrs: impl FnMut(u64, &mut Vec<u64>),
     rng: &mut Rng,
 ) -> (Vec<Block>, Vec<u64>) {
+    let mut adj = Vec::new();
+    sample_blocks_by_hop(seeds, fanouts, |dst, fanout, counts, picked| {
+        for &v in dst {
+            adj.clear();
+            nbrs(v, &mut adj);
+            let before = picked.len();
+            pick(&adj, fanout, rng, picked);
+            counts.push((picked.len() - before) as u32);
+        }
+    })
+}
+
+/// Up to `fanout` of `adj` drawn without replacement (all of them when there are fewer),
+/// appended to `out`.
+pub fn pick(adj: &[u64], fanout: usize, rng: &mut Rng, out: &mut Vec<u64>) {
+    if adj.len() <= fanout {
+        out.extend_from_slice(adj);
+    } else {
+        out.extend(
+            rand::seq::index::sample(rng, adj.len(), fanout)
+                .iter()
+                .map(|i| adj[i]),
+        );
+    }
+}
+
+/// As [`sample_blocks`], a hop at a time: `hop(dst, fanout, counts, picked)` appends, for every
+/// node of the frontier `dst` in order, the number of its sampled neighbours to `counts` and the
+/// neighbours themselves to `picked` (across ranks the owners sample theirs: one exchange per hop
+/// for the whole frontier).
+pub fn sample_blocks_by_hop(
+    seeds: &[u64],
+    fanouts: &[usize],
+    mut hop: impl FnMut(&[u64], usize, &mut Vec<u32>, &mut Vec<u64>),
+) -> (Vec<Block>, Vec<u64>) {
     let mut dst: Vec<u64> = seeds.to_vec();
     let mut blocks = Vec::with_capacity(fanouts.len());
-    let mut adj = Vec::new();
+    let (mut counts, mut sampled) = (Vec::new(), Vec::new());
     for &fanout in fanouts {
+        counts.clear();
+        sampled.clear();
+        hop(&dst, fanout, &mut counts, &mut sampled);
+        debug_assert_eq!(counts.len(), dst.len());
         let mut index: FxHashMap<u64, u32> = dst
             .iter()
             .enumerate()
@@ -40,24 +79,17 @@ pub fn sample_blocks(
         let mut src = dst.clone();
         let mut offsets = Vec::with_capacity(dst.len() + 1);
         offsets.push(0u32);
-        let mut picked = Vec::new();
-        for &v in &dst {
-            adj.clear();
-            nbrs(v, &mut adj);
-            let mut take = |u: u64| {
-                let at = *index.entry(u).or_insert_with(|| {
+        let mut picked = Vec::with_capacity(sampled.len());
+        let mut at = 0;
+        for &c in &counts {
+            for &u in &sampled[at..at + c as usize] {
+                let i = *index.entry(u).or_insert_with(|| {
                     src.push(u);
                     (src.len() - 1) as u32
                 });
-                picked.push(at);
-            };
-            if adj.len() <= fanout {
-                adj.iter().for_each(|&u| take(u));
-            } else {
-                for i in rand::seq::index::sample(rng, adj.len(), fanout) {
-                    take(adj[i]);
-                }
+                picked.push(i);
             }
+            at += c as usize;
             offsets.push(picked.len() as u32);
         }
         blocks.push(Block {

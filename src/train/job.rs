@@ -166,7 +166,13 @@ pub(super) fn run_model<M: model::Model>(
     let t = comm.traffic();
     tr.m.comm_bytes_sent = t.sent.load(std::sync::atomic::Ordering::Relaxed);
     tr.m.comm_bytes_received = t.received.load(std::sync::atomic::Ordering::Relaxed);
-    let mine = serde_json::to_vec(&tr.m).expect("metrics serialize");
+    gather_metrics(comm, cfg, &tr.m)
+}
+
+/// Collective: every rank's metrics to every rank, written to `--metrics` (one JSON line per
+/// rank) by rank 0.
+pub(super) fn gather_metrics(comm: &Comm, cfg: &TrainConfig, m: &RankMetrics) -> Result<Outcome> {
+    let mine = serde_json::to_vec(m).expect("metrics serialize");
     let metrics: Vec<RankMetrics> = comm
         .all_gather_bytes(&mine)
         .iter()

@@ -1,0 +1,513 @@
+//! GraphSAGE's work source (`--model sage`, issue 34). Two strategies over one driver:
+//! `--strategy sharded` (the default, `sharded.rs`): every rank owns its nodes' adjacency and
+//! feature rows, the owners answer the sampling of their nodes and the input rows of other ranks
+//! are read one-sidedly through a read-only cache; `--strategy replicated` (`whole.rs`, the
+//! baseline): every rank holds the whole graph and every feature row. A step's seeds are a
+//! global batch of the shuffled training nodes (the same on every rank), each rank taking its
+//! share; each rank samples its blocks (`sample::neighbors`) and computes its gradient
+//! (`model::sage`), the gradients are summed over the ranks (one all-reduce of the dense
+//! weights: their bytes are counted) and every rank takes the same Adam step. After every epoch
+//! the validation nodes are scored with every neighbour; the parameters of the best validation
+//! epoch are kept, and `--patience` epochs without a better one end training. The output holds
+//! the weights, the effective configuration and every node's class scores (`embeddings`).
+
+mod sharded;
+mod whole;
+
+use std::path::Path;
+
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+
+use crate::comm::{Comm, ReduceOp};
+use crate::config::{FeatureNorm, SageSettings, Strategy, TrainConfig};
+use crate::error::{Error, Result};
+use crate::graph::nodedata::{self, TEST, TRAIN, VALID};
+use crate::model::sage::{Adam, Batch, Sage, Work};
+use crate::sample::neighbors::Block;
+use crate::sample::{rng_for, Rng};
+use crate::spmd::agree;
+use crate::stats::{RankMetrics, Timer};
+
+use super::Outcome;
+use sharded::Sharded;
+use std::sync::atomic::Ordering::Relaxed;
+use whole::Whole;
+
+/// Nodes scored at once in evaluation.
+const EVAL_CHUNK: usize = 1024;
+
+/// What a rank's work source gives the driver: its share of nodes and a batch's blocks with
+/// their input rows.
+trait Source {
+    /// Feature columns.
+    fn cols(&self) -> usize;
+    /// This rank's share of `nodes` (the ranks' shares partition them).
+    fn mine(&self, nodes: &[u64]) -> Vec<u64>;
+    /// Collective for the sharded strategy (every rank calls it, also with no seeds): the blocks
+    /// of this rank's `seeds` and the feature rows of their input nodes.
+    fn batch(
+        &mut self,
+        seeds: &[u64],
+        fanouts: &[usize],
+        rng: &mut Rng,
+        m: &mut RankMetrics,
+        rows: &mut Vec<f32>,
+    ) -> Vec<Block>;
+    /// Bytes of feature rows this rank holds (its own, its cache's, or all of them).
+    fn feature_bytes(&self) -> u64;
+}
+
+/// Scale every row of `x` (`cols` wide) to sum 1 (rows summing to 0 stay).
+fn scale_rows(x: &mut [f32], cols: usize) {
+    for row in x.chunks_exact_mut(cols.max(1)) {
+        let sum: f32 = row.iter().sum();
+        if sum > 0.0 {
+            row.iter_mut().for_each(|v| *v /= sum);
+        }
+    }
+}
+
+/// Every node's class and split, whole on every rank (`num_nodes` x 5 bytes).
+struct Labelled {
+    y: Vec<u32>,
+    classes: usize,
+    split: Vec<u8>,
+}
+
+impl Labelled {
+    fn load(path: &Path) -> Result<Labelled> {
+        let (labels, split) = nodedata::read_labelled(path)?;
+        let missing = |what: &str, flag: &str| {
+            Error::bad_input(
+                path,
+                format!(
+                    "--model sage needs {what}: convert the graph with {flag} (docs/formats.md)"
+                ),
+            )
+        };
+        let labels = labels.ok_or_else(|| missing("node labels", "--labels"))?;
+        let split = split.ok_or_else(|| missing("a split", "--split or --train-fraction"))?;
+        if labels.multilabel() {
+            return Err(Error::bad_input(
+                path,
+                "multi-label nodes: --model sage trains one class per node so far (a sigmoid loss for several is issue 34's next part)",
+            ));
+        }
+        let n = split.len();
+        let y: Vec<u32> = (0..n)
+            .map(|v| labels.of(v).first().copied().unwrap_or(0))
+            .collect();
+        let unlabelled = (0..n).find(|&v| split[v] != nodedata::NONE && labels.of(v).is_empty());
+        if let Some(v) = unlabelled {
+            return Err(Error::bad_input(
+                path,
+                format!("node {v} is in the split but has no label"),
+            ));
+        }
+        Ok(Labelled {
+            y,
+            classes: labels.num_classes as usize,
+            split,
+        })
+    }
+
+    fn nodes(&self, code: u8) -> Vec<u64> {
+        (0..self.split.len() as u64)
+            .filter(|&v| self.split[v as usize] == code)
+            .collect()
+    }
+}
+
+/// Collective: class scores of this rank's `mine` with every neighbour (no sampling), in
+/// chunks; every rank runs as many chunks as the rank with the most.
+fn scores(
+    comm: &Comm,
+    sage: &Sage,
+    src: &mut dyn Source,
+    mine: &[u64],
+    (m, b): (&mut RankMetrics, &mut Bufs),
+) -> Vec<f32> {
+    let all = vec![usize::MAX; sage.layers()];
+    let classes = *sage.dims.last().expect("layers");
+    let mut out = Vec::with_capacity(mine.len() * classes);
+    let mut rng = Rng::seed_from_u64(0);
+    let chunks = comm.max_u64(mine.len().div_ceil(EVAL_CHUNK) as u64) as usize;
+    for c in 0..chunks {
+        let chunk = mine.chunks(EVAL_CHUNK).nth(c).unwrap_or(&[]);
+        let blocks = src.batch(chunk, &all, &mut rng, m, &mut b.rows);
+        if !chunk.is_empty() {
+            out.extend_from_slice(sage.predict_in(&mut b.work, &blocks, &b.rows));
+        }
+    }
+    out
+}
+
+/// Collective: the share of `nodes` predicted right (each rank scores its share).
+fn accuracy(
+    comm: &Comm,
+    sage: &Sage,
+    src: &mut dyn Source,
+    l: &Labelled,
+    nodes: &[u64],
+    mb: (&mut RankMetrics, &mut Bufs),
+) -> f64 {
+    let mine = src.mine(nodes);
+    let s = scores(comm, sage, src, &mine, mb);
+    let k = *sage.dims.last().expect("layers");
+    let right = mine
+        .iter()
+        .enumerate()
+        .filter(|&(i, &v)| {
+            let row = &s[i * k..(i + 1) * k];
+            (0..k).max_by(|&a, &b| row[a].total_cmp(&row[b])) == Some(l.y[v as usize] as usize)
+        })
+        .count();
+    let g = comm.all_reduce_u64(&[right as u64, mine.len() as u64], ReduceOp::Sum);
+    g[0] as f64 / g[1].max(1) as f64
+}
+
+/// What the steps of an epoch share.
+struct Epochs<'a> {
+    comm: &'a Comm,
+    l: &'a Labelled,
+    s: &'a SageSettings,
+    /// Seeds per step over all ranks.
+    batch: usize,
+    adam: Adam,
+    rng: Rng,
+    grads: Vec<f32>,
+    b: Bufs,
+    m: RankMetrics,
+}
+
+/// A step's input rows and the model's buffers, kept across steps and evaluations (no
+/// allocation per step once grown).
+#[derive(Default)]
+struct Bufs {
+    rows: Vec<f32>,
+    work: Work,
+}
+
+impl Epochs<'_> {
+    /// Collective: one pass over the training seeds in `order` (the same on every rank), a
+    /// step per `batch` of them. Returns the summed loss and the seeds predicted right.
+    fn epoch(&mut self, sage: &mut Sage, src: &mut dyn Source, order: &[u64]) -> (f64, f64) {
+        let (comm, l, s) = (self.comm, self.l, self.s);
+        let (mut loss, mut right) = (0f64, 0f64);
+        for step in order.chunks(self.batch) {
+            let mine = src.mine(step);
+            self.grads.iter_mut().for_each(|g| *g = 0.0);
+            let ts = Timer::start();
+            let blocks = src.batch(
+                &mine,
+                &s.fanout,
+                &mut self.rng,
+                &mut self.m,
+                &mut self.b.rows,
+            );
+            self.m.seconds.sample += ts.secs();
+            let (mut lo, mut c) = (0f64, 0usize);
+            if !mine.is_empty() {
+                let labels: Vec<u32> = mine.iter().map(|&v| l.y[v as usize]).collect();
+                let tc = Timer::start();
+                let batch = Batch {
+                    blocks: &blocks,
+                    x: &self.b.rows,
+                    labels: &labels,
+                };
+                (lo, c) = sage.train_step_in(
+                    &mut self.b.work,
+                    &batch,
+                    s.dropout,
+                    &mut self.rng,
+                    &mut self.grads,
+                    None,
+                );
+                self.m.seconds.compute += tc.secs();
+            }
+            let tp = Timer::start();
+            // Counted in the comm's traffic as a ring all-reduce moves it.
+            comm.all_reduce_sum_f32(&mut self.grads);
+            let sums = comm.all_reduce_f64(&[lo, c as f64], ReduceOp::Sum);
+            self.m.seconds.push += tp.secs();
+            let inv = 1.0 / step.len() as f32;
+            self.grads.iter_mut().for_each(|g| *g *= inv);
+            self.adam.step(&mut sage.params, &self.grads);
+            (loss, right) = (loss + sums[0], right + sums[1]);
+            self.m.steps += 1;
+            self.m.pairs += mine.len() as u64;
+        }
+        (loss, right)
+    }
+}
+
+/// Collective: this rank's work source for `cfg.strategy`, and whether its rows were scaled.
+fn source<'a>(
+    comm: &'a Comm,
+    cfg: &TrainConfig,
+    norm: FeatureNorm,
+) -> Result<(Box<dyn Source + 'a>, bool)> {
+    let missing = || {
+        Error::bad_input(
+            &cfg.graph,
+            "--model sage needs node features: convert the graph with --features (docs/formats.md)",
+        )
+    };
+    if cfg.strategy == Strategy::Replicated {
+        let nd = agree(comm, nodedata::read(&cfg.graph))?;
+        let (cols, x) = agree(comm, nd.features.ok_or_else(missing))?;
+        let mut w = agree(comm, Whole::load(comm, &cfg.graph, cols, x))?;
+        let scaled = norm == FeatureNorm::Row || (norm == FeatureNorm::Auto && w.non_negative());
+        if scaled {
+            w.scale();
+        }
+        return Ok((Box::new(w), scaled));
+    }
+    let shape = agree(comm, nodedata::feature_shape(&cfg.graph))?;
+    let (_, cols, half) = agree(comm, shape.ok_or_else(missing))?;
+    let (s, scaled) = Sharded::load(comm, cfg, (cols, half), norm)?;
+    Ok((Box::new(s), scaled))
+}
+
+fn strategy_name(cfg: &TrainConfig) -> &'static str {
+    if cfg.strategy == Strategy::Replicated {
+        "replicated"
+    } else {
+        "sharded"
+    }
+}
+
+/// Rank 0's line at the start: the model, the split, the step and where the rows live.
+fn announce(
+    (cfg, ranks): (&TrainConfig, usize),
+    dims: &[usize],
+    l: &Labelled,
+    src: &dyn Source,
+    normalized: bool,
+) {
+    let s = cfg.sage.as_ref().expect("sage settings");
+    let strategy = strategy_name(cfg);
+    let count = |code| l.split.iter().filter(|&&c| c == code).count();
+    let (train, valid, test) = (count(TRAIN), count(VALID), count(TEST));
+    let held = if cfg.strategy == Strategy::Replicated {
+        "every rank holds the graph and every feature row"
+    } else {
+        "every rank holds its nodes' adjacency and feature rows"
+    };
+    eprintln!(
+        "graphscale: GraphSAGE-mean {dims:?}, fan-out {:?}, {} train / {} valid / {} test nodes, {} seeds per step over {} ranks; {strategy}: {held} ({} x {} features{}; {} of feature rows on rank 0)",
+        s.fanout,
+        train,
+        valid,
+        test,
+        cfg.batch_size,
+        ranks,
+        l.split.len(),
+        dims[0],
+        if normalized {
+            ", rows scaled to sum 1: --feature-norm"
+        } else {
+            ""
+        },
+        crate::stats::human_bytes(src.feature_bytes())
+    );
+}
+
+/// Collective: train GraphSAGE on `cfg.graph` and write the output.
+pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
+    let s: &SageSettings = cfg.sage.as_ref().expect("--model sage has its settings");
+    let t = Timer::start();
+    // Features first: without them nothing else matters (the error names the flag).
+    let (mut src, normalized) = source(comm, cfg, s.feature_norm)?;
+    let l = agree(comm, Labelled::load(&cfg.graph))?;
+    let load = t.secs();
+    let (train, valid, test) = (l.nodes(TRAIN), l.nodes(VALID), l.nodes(TEST));
+    if train.is_empty() {
+        return Err(Error::bad_input(
+            &cfg.graph,
+            "no node is in the training split",
+        ));
+    }
+    let cols = src.cols();
+    let mut dims = vec![cols];
+    dims.extend(std::iter::repeat_n(s.hidden, s.fanout.len() - 1));
+    dims.push(l.classes.max(2));
+    let mut shared = Rng::seed_from_u64(cfg.seed);
+    let mut sage = Sage::new(&dims, &mut shared);
+    let adam = Adam::new(sage.params.len(), cfg.lr, s.weight_decay);
+    let rng = rng_for(cfg.seed, comm.rank(), 7);
+    let grads = vec![0f32; sage.params.len()];
+    let strategy = strategy_name(cfg);
+    let mut m = RankMetrics {
+        rank: comm.rank(),
+        ranks: comm.size(),
+        model: "sage".into(),
+        strategy: strategy.into(),
+        threads: cfg.threads,
+        dim: s.hidden,
+        ..RankMetrics::default()
+    };
+    m.seconds.load = load;
+    if comm.rank() == 0 {
+        announce((cfg, comm.size()), &dims, &l, src.as_ref(), normalized);
+    }
+    let t = Timer::start();
+    let (mut best, mut best_params, mut since) = (-1f64, sage.params.clone(), 0u32);
+    let mut order = train.clone();
+    let mut ep = Epochs {
+        comm,
+        l: &l,
+        s,
+        batch: cfg.batch_size.max(1),
+        adam,
+        rng,
+        grads,
+        b: Bufs::default(),
+        m,
+    };
+    for epoch in 0..cfg.epochs {
+        order.shuffle(&mut shared);
+        let (loss, right) = ep.epoch(&mut sage, src.as_mut(), &order);
+        let v = accuracy(
+            comm,
+            &sage,
+            src.as_mut(),
+            &l,
+            &valid,
+            (&mut ep.m, &mut ep.b),
+        );
+        if comm.rank() == 0 {
+            eprintln!(
+                "graphscale: epoch {:>3}  loss {:.4}  train accuracy {:.3}  valid accuracy {v:.3}",
+                epoch + 1,
+                loss / train.len() as f64,
+                right / train.len() as f64
+            );
+        }
+        if v > best {
+            (best, since) = (v, 0);
+            best_params.clone_from(&sage.params);
+        } else {
+            since += 1;
+            if cfg.kg.patience.is_some_and(|p| since >= p) {
+                break;
+            }
+        }
+    }
+    let (mut m, mut b) = (ep.m, ep.b);
+    m.train_seconds = t.secs();
+    let traffic = comm.traffic();
+    // The sampling's exchanges and the gradients' all-reduce (training and validation).
+    m.comm_bytes_sent = traffic.sent.load(Relaxed);
+    m.comm_bytes_received = traffic.received.load(Relaxed);
+    sage.params = best_params;
+    let acc = accuracy(comm, &sage, src.as_mut(), &l, &test, (&mut m, &mut b));
+    if comm.rank() == 0 {
+        eprintln!("graphscale: test accuracy {acc:.4} (the best validation epoch's parameters: valid accuracy {best:.4})");
+    }
+    finish(comm, cfg, &sage, src.as_mut(), &l, (m, b))
+}
+
+/// Collective: every node's class scores to the output, and the metrics of every rank.
+fn finish(
+    comm: &Comm,
+    cfg: &TrainConfig,
+    sage: &Sage,
+    src: &mut dyn Source,
+    l: &Labelled,
+    (mut m, mut b): (RankMetrics, Bufs),
+) -> Result<Outcome> {
+    m.peak_rss_bytes = crate::stats::peak_rss_bytes();
+    let all: Vec<u64> = (0..l.split.len() as u64).collect();
+    let mine = src.mine(&all);
+    let s = scores(comm, sage, src, &mine, (&mut m, &mut b));
+    let gathered = gather_scores(
+        comm,
+        &mine,
+        &s,
+        l.split.len(),
+        *sage.dims.last().expect("layers"),
+    );
+    let written = match gathered {
+        Some(scores) => write(cfg, sage, scores),
+        None => Ok(()),
+    };
+    agree(comm, written)?;
+    super::job::gather_metrics(comm, cfg, &m)
+}
+
+/// Collective: every rank's scores of its nodes `mine` (`classes` each) to rank 0, which returns
+/// them in node order (`None` elsewhere).
+fn gather_scores(
+    comm: &Comm,
+    mine: &[u64],
+    s: &[f32],
+    nodes: usize,
+    classes: usize,
+) -> Option<Vec<f32>> {
+    let mut send = vec![Vec::new(); comm.size()];
+    let mut b = Vec::with_capacity(mine.len() * (8 + 4 * classes));
+    for (i, &v) in mine.iter().enumerate() {
+        b.extend_from_slice(&v.to_le_bytes());
+        for x in &s[i * classes..(i + 1) * classes] {
+            b.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+    send[0] = b;
+    let recv = comm.all_to_all_v(send);
+    if comm.rank() != 0 {
+        return None;
+    }
+    let mut out = vec![0f32; nodes * classes];
+    for bytes in &recv {
+        for rec in bytes.chunks_exact(8 + 4 * classes) {
+            let v = u64::from_le_bytes(rec[..8].try_into().expect("8 bytes")) as usize;
+            for (o, c) in out[v * classes..(v + 1) * classes]
+                .iter_mut()
+                .zip(rec[8..].chunks_exact(4))
+            {
+                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+    }
+    Some(out)
+}
+
+/// The output: `weights` (flat, as `model::sage` lays them out) with the widths, the effective
+/// configuration, and every node's class scores as `embeddings`.
+fn write(cfg: &TrainConfig, sage: &Sage, scores: Vec<f32>) -> Result<()> {
+    let Some(out) = &cfg.output else {
+        return Ok(());
+    };
+    let classes = *sage.dims.last().expect("layers");
+    crate::outfile::write_with(out, |tmp| {
+        let f = hdf5::File::create(tmp).map_err(|e| Error::hdf5(tmp, "create output", e))?;
+        let err = |what: &'static str| move |e| Error::hdf5(tmp, what, e);
+        f.new_dataset_builder()
+            .with_data(&sage.params)
+            .create("weights")
+            .map_err(err("write weights"))?;
+        let dims: Vec<u64> = sage.dims.iter().map(|&x| x as u64).collect();
+        f.new_attr::<u64>()
+            .shape(dims.len())
+            .create("dims")
+            .and_then(|a| a.write(&dims))
+            .map_err(err("attribute dims"))?;
+        let a = ndarray::Array2::from_shape_vec((scores.len() / classes, classes), scores)
+            .expect("nodes x classes");
+        f.new_dataset_builder()
+            .with_data(&a)
+            .create("embeddings")
+            .map_err(err("write embeddings"))?;
+        let text = |name: &str, v: &str| -> hdf5::Result<()> {
+            let v: hdf5::types::VarLenUnicode = v.parse().expect("no NUL in attribute text");
+            f.new_attr::<hdf5::types::VarLenUnicode>()
+                .create(name)?
+                .write_scalar(&v)
+        };
+        text("config", &cfg.to_json()).map_err(err("attribute config"))?;
+        text("model", "sage").map_err(err("attribute model"))?;
+        crate::graph::h5::flush(&f, tmp)
+    })
+}

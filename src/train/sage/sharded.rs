@@ -1,0 +1,293 @@
+//! GraphSAGE the graphscale way (`--strategy sharded`, the default): every rank owns its nodes'
+//! adjacency (the walks' partitioned CSR) and feature rows (an RMA window, f32 or f16 as the
+//! file stores them). A step's seeds are the rank's own training nodes of the global step. Hop
+//! by hop, the frontier's nodes of other ranks go to their owners in one exchange, which sample
+//! their neighbours and answer (frontiers are deduplicated per hop by the sampler); the input
+//! rows of other ranks are read one-sidedly (`MPI_Get`), except those of the read-only cache of
+//! remote feature rows, which never goes stale.
+
+use rustc_hash::FxHashMap;
+
+use crate::comm::{decode_u64, encode_u64, Comm, ReduceOp, Window};
+use crate::config::{Dtype, FeatureNorm, TrainConfig};
+use crate::error::Result;
+use crate::graph::csr::{self, LocalGraph};
+use crate::graph::nodedata;
+use crate::graph::partition::Scheme;
+use crate::sample::neighbors::{pick, sample_blocks_by_hop, Block};
+use crate::sample::Rng;
+use crate::spmd::agree;
+use crate::stats::RankMetrics;
+use crate::store::{decode_row, encode_row};
+
+use super::Source;
+
+/// Feature rows read from the file at once.
+const READ_ROWS: usize = 1 << 16;
+
+/// A read-only cache of remote feature rows: rows are admitted as they are first read until it
+/// is full, then kept (sampling reaches a node in proportion to its degree, so the rows met
+/// first are mostly the hubs'). Features never change: no copy is ever stale.
+struct FeatureCache {
+    slot_of: FxHashMap<u64, u32>,
+    rows: Vec<f32>,
+    capacity: usize,
+}
+
+/// This rank's nodes, their feature rows, and the way to everyone else's.
+pub(super) struct Sharded<'a> {
+    comm: &'a Comm,
+    g: LocalGraph,
+    cols: usize,
+    dtype: Dtype,
+    window: Window,
+    cache: FeatureCache,
+    /// Scratch: one node's neighbours.
+    adj: Vec<u64>,
+}
+
+impl<'a> Sharded<'a> {
+    /// Collective: load this rank's adjacency and feature rows, scaled as `norm` says.
+    /// Returns the source and whether the rows were scaled to sum 1.
+    pub(super) fn load(
+        comm: &'a Comm,
+        cfg: &TrainConfig,
+        (cols, half): (usize, bool),
+        norm: FeatureNorm,
+    ) -> Result<(Sharded<'a>, bool)> {
+        let g = csr::load(
+            comm,
+            &cfg.graph,
+            cfg.partition,
+            csr::LOAD_CHUNK_EDGES,
+            |_| Ok(false),
+        )?;
+        let dtype = if half { Dtype::F16 } else { Dtype::F32 };
+        let rows = g.num_local();
+        let rb = cols * dtype.size();
+        let mut window = comm.window(rows * rb);
+        let (me, ranks) = (comm.rank(), comm.size());
+        let n = g.num_nodes() as usize;
+        let selection = match g.part.scheme() {
+            Scheme::Striped => (me, n, ranks),
+            Scheme::Block => {
+                let first = g.part.global(me, 0) as usize;
+                (first, first + rows, 1)
+            }
+        };
+        let mut negative = false;
+        let read = window.with_local_mut(|bytes| {
+            nodedata::read_feature_rows(&cfg.graph, selection, READ_ROWS, |at, x| {
+                let mut x = x.to_vec();
+                negative |= x.iter().any(|&v| v < 0.0);
+                if norm == FeatureNorm::Row {
+                    super::scale_rows(&mut x, cols);
+                }
+                for (i, row) in x.chunks_exact(cols.max(1)).enumerate() {
+                    let r = at + i;
+                    encode_row(dtype, row, &mut bytes[r * rb..(r + 1) * rb]);
+                }
+            })
+        });
+        agree(comm, read)?;
+        let negative = comm.all_reduce_u64(&[u64::from(negative)], ReduceOp::Max)[0] != 0;
+        let scaled = norm == FeatureNorm::Row || (norm == FeatureNorm::Auto && !negative);
+        if norm == FeatureNorm::Auto && scaled {
+            window.with_local_mut(|bytes| {
+                let mut row = vec![0f32; cols];
+                for chunk in bytes.chunks_exact_mut(rb.max(1)) {
+                    decode_row(dtype, chunk, &mut row);
+                    super::scale_rows(&mut row, cols);
+                    encode_row(dtype, &row, chunk);
+                }
+            });
+        }
+        window.sync();
+        comm.barrier();
+        let capacity = cfg.cache_rows.unwrap_or(rows).min(n.saturating_sub(rows));
+        let source = Sharded {
+            comm,
+            g,
+            cols,
+            dtype,
+            window,
+            cache: FeatureCache {
+                slot_of: FxHashMap::default(),
+                rows: Vec::new(),
+                capacity,
+            },
+            adj: Vec::new(),
+        };
+        Ok((source, scaled))
+    }
+
+    /// Up to `fanout` sampled neighbours of this rank's node `v`, appended to `out`.
+    fn sample_own(&mut self, v: u64, fanout: usize, rng: &mut Rng, out: &mut Vec<u64>) {
+        self.adj.clear();
+        let l = self.g.part.local_index(v);
+        self.adj.extend(self.g.neighbors(l).iter());
+        pick(&self.adj, fanout, rng, out);
+    }
+
+    /// Collective: one hop for the frontier `dst` (see [`sample_blocks_by_hop`]): this rank's
+    /// nodes sampled here, the others' by their owners in one exchange of ids and answers.
+    fn hop(
+        &mut self,
+        dst: &[u64],
+        fanout: usize,
+        rng: &mut Rng,
+        counts: &mut Vec<u32>,
+        picked: &mut Vec<u64>,
+    ) {
+        let (me, ranks) = (self.comm.rank(), self.comm.size());
+        if ranks == 1 {
+            for &v in dst {
+                let before = picked.len();
+                self.sample_own(v, fanout, rng, picked);
+                counts.push((picked.len() - before) as u32);
+            }
+            return;
+        }
+        let mut ask: Vec<Vec<u64>> = vec![Vec::new(); ranks];
+        for &v in dst {
+            let o = self.g.part.owner(v);
+            if o != me {
+                ask[o].push(v);
+            }
+        }
+        let send: Vec<Vec<u8>> = ask.iter().map(|a| encode_u64(a)).collect();
+        let asked = self.comm.all_to_all_v(send);
+        // Answer: per asked node its count, then every sampled neighbour.
+        let mut reply = Vec::with_capacity(ranks);
+        let mut got = Vec::new();
+        for bytes in &asked {
+            let ids = decode_u64(bytes);
+            let mut n = Vec::with_capacity(ids.len());
+            got.clear();
+            for &v in &ids {
+                let before = got.len();
+                self.sample_own(v, fanout, rng, &mut got);
+                n.push((got.len() - before) as u64);
+            }
+            n.extend_from_slice(&got);
+            reply.push(encode_u64(&n));
+        }
+        let answers: Vec<Vec<u64>> = self
+            .comm
+            .all_to_all_v(reply)
+            .iter()
+            .map(|b| decode_u64(b))
+            .collect();
+        // Per owner: the next answer's index, and where its neighbours start.
+        let mut next: Vec<(usize, usize)> = ask.iter().map(|a| (0, a.len())).collect();
+        for &v in dst {
+            let o = self.g.part.owner(v);
+            let before = picked.len();
+            if o == me {
+                self.sample_own(v, fanout, rng, picked);
+            } else {
+                let (i, at) = &mut next[o];
+                let c = answers[o][*i] as usize;
+                picked.extend_from_slice(&answers[o][*at..*at + c]);
+                (*i, *at) = (*i + 1, *at + c);
+            }
+            counts.push((picked.len() - before) as u32);
+        }
+    }
+
+    /// The feature rows of `input` (f32, in order): this rank's from its window, cached ones
+    /// from the cache, the rest read one-sidedly from their owners (and cached while it has
+    /// room).
+    fn rows(&mut self, input: &[u64], m: &mut RankMetrics, out: &mut Vec<f32>) {
+        let (f, me, dtype) = (self.cols, self.comm.rank(), self.dtype);
+        let rb = f * dtype.size();
+        out.clear();
+        out.resize(input.len() * f, 0.0);
+        let mut remote: Vec<Vec<(u32, u32)>> = vec![Vec::new(); self.comm.size()];
+        self.window.with_local(|bytes| {
+            for (i, &v) in input.iter().enumerate() {
+                let (o, r) = self.g.part.locate(v);
+                let dst = &mut out[i * f..(i + 1) * f];
+                if o == me {
+                    decode_row(dtype, &bytes[r * rb..(r + 1) * rb], dst);
+                    m.local_rows += 1;
+                } else if let Some(&s) = self.cache.slot_of.get(&v) {
+                    let s = s as usize;
+                    dst.copy_from_slice(&self.cache.rows[s * f..(s + 1) * f]);
+                    m.cache_hits += 1;
+                } else {
+                    remote[o].push((i as u32, r as u32));
+                }
+            }
+        });
+        let count: usize = remote.iter().map(Vec::len).sum();
+        if count == 0 {
+            return;
+        }
+        let wanted: Vec<Vec<u32>> = remote
+            .iter()
+            .map(|v| v.iter().map(|&(_, r)| r).collect())
+            .collect();
+        let requests: Vec<(usize, &[u32])> = wanted
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(o, v)| (o, v.as_slice()))
+            .collect();
+        let mut buf = vec![0u8; count * rb];
+        self.window
+            .get_rows(self.comm.watchdog(), &requests, rb, 4096, &mut buf);
+        m.cache_misses += count as u64;
+        m.fetch_bytes += (count * rb) as u64;
+        m.one_sided_bytes += (count * rb) as u64;
+        let mut k = 0;
+        for (o, _) in &requests {
+            for &(i, _) in &remote[*o] {
+                let i = i as usize;
+                let dst = &mut out[i * f..(i + 1) * f];
+                decode_row(dtype, &buf[k * rb..(k + 1) * rb], dst);
+                k += 1;
+                let c = &mut self.cache;
+                if c.slot_of.len() < c.capacity {
+                    let v = input[i];
+                    c.slot_of.insert(v, c.slot_of.len() as u32);
+                    c.rows.extend_from_slice(dst);
+                }
+            }
+        }
+    }
+}
+
+impl Source for Sharded<'_> {
+    fn cols(&self) -> usize {
+        self.cols
+    }
+
+    fn mine(&self, nodes: &[u64]) -> Vec<u64> {
+        let me = self.comm.rank();
+        nodes
+            .iter()
+            .copied()
+            .filter(|&v| self.g.part.owner(v) == me)
+            .collect()
+    }
+
+    fn batch(
+        &mut self,
+        seeds: &[u64],
+        fanouts: &[usize],
+        rng: &mut Rng,
+        m: &mut RankMetrics,
+        rows: &mut Vec<f32>,
+    ) -> Vec<Block> {
+        let (blocks, input) = sample_blocks_by_hop(seeds, fanouts, |dst, fanout, c, p| {
+            self.hop(dst, fanout, rng, c, p)
+        });
+        self.rows(&input, m, rows);
+        blocks
+    }
+
+    fn feature_bytes(&self) -> u64 {
+        (self.g.num_local() * self.cols * self.dtype.size() + self.cache.rows.len() * 4) as u64
+    }
+}

@@ -1,0 +1,114 @@
+//! `--strategy replicated` for GraphSAGE (the baseline): every rank holds the whole
+//! adjacency and every feature row; a step's seeds are dealt over the ranks (every size-th) and
+//! nothing but the weights' gradients crosses the network.
+
+use std::path::Path;
+
+use crate::comm::Comm;
+use crate::error::Result;
+use crate::graph::h5::EdgeFile;
+use crate::sample::neighbors::{sample_blocks, Block};
+use crate::sample::Rng;
+use crate::stats::RankMetrics;
+
+use super::{scale_rows, Source};
+
+/// A graph and its feature rows, whole on this rank.
+pub(super) struct Whole {
+    rank: usize,
+    ranks: usize,
+    /// Undirected adjacency as CSR.
+    offsets: Vec<u64>,
+    targets: Vec<u64>,
+    cols: usize,
+    x: Vec<f32>,
+}
+
+impl Whole {
+    /// Read the adjacency beside the feature rows `x` (`cols` wide).
+    pub(super) fn load(comm: &Comm, path: &Path, cols: usize, x: Vec<f32>) -> Result<Whole> {
+        let ef = EdgeFile::open(path)?;
+        let n = ef.num_nodes as usize;
+        let edges = ef.read_edges(0, ef.num_edges)?;
+        let mut deg = vec![0u64; n + 1];
+        for e in &edges {
+            deg[e.src as usize + 1] += 1;
+            if !ef.directed {
+                deg[e.dst as usize + 1] += 1;
+            }
+        }
+        for i in 0..n {
+            deg[i + 1] += deg[i];
+        }
+        let mut fill = deg.clone();
+        let mut targets = vec![0u64; deg[n] as usize];
+        for e in &edges {
+            targets[fill[e.src as usize] as usize] = e.dst;
+            fill[e.src as usize] += 1;
+            if !ef.directed {
+                targets[fill[e.dst as usize] as usize] = e.src;
+                fill[e.dst as usize] += 1;
+            }
+        }
+        Ok(Whole {
+            rank: comm.rank(),
+            ranks: comm.size(),
+            offsets: deg,
+            targets,
+            cols,
+            x,
+        })
+    }
+
+    /// Whether no feature is negative (`--feature-norm auto` then scales the rows).
+    pub(super) fn non_negative(&self) -> bool {
+        self.x.iter().all(|&v| v >= 0.0)
+    }
+
+    /// Scale every row to sum 1.
+    pub(super) fn scale(&mut self) {
+        scale_rows(&mut self.x, self.cols);
+    }
+
+    fn nbrs(&self, v: u64, out: &mut Vec<u64>) {
+        let (a, b) = (self.offsets[v as usize], self.offsets[v as usize + 1]);
+        out.extend_from_slice(&self.targets[a as usize..b as usize]);
+    }
+}
+
+impl Source for Whole {
+    fn cols(&self) -> usize {
+        self.cols
+    }
+
+    fn mine(&self, nodes: &[u64]) -> Vec<u64> {
+        nodes
+            .iter()
+            .skip(self.rank)
+            .step_by(self.ranks)
+            .copied()
+            .collect()
+    }
+
+    fn batch(
+        &mut self,
+        seeds: &[u64],
+        fanouts: &[usize],
+        rng: &mut Rng,
+        m: &mut RankMetrics,
+        rows: &mut Vec<f32>,
+    ) -> Vec<Block> {
+        let (blocks, input) = sample_blocks(seeds, fanouts, |v, o| self.nbrs(v, o), rng);
+        let f = self.cols;
+        m.local_rows += input.len() as u64;
+        rows.clear();
+        for &v in &input {
+            rows.extend_from_slice(&self.x[v as usize * f..(v as usize + 1) * f]);
+        }
+        blocks
+    }
+
+    fn feature_bytes(&self) -> u64 {
+        (self.x.len() * 4) as u64
+    }
+}
