@@ -360,9 +360,10 @@ pub fn summary_table(all: &[RankMetrics]) -> String {
             all.iter().map(|m| m.cache_misses).sum::<u64>(),
         );
         s.push_str(&format!(
-            "training seeds {pairs} in {train:.2} s: {:.0} seeds/s; input rows {local} own, {hits} \
-             from the feature cache, {misses} read from their owners ({}); peak RSS per rank {}\n\
-             moved between ranks {} ({:.1} B per training seed, evaluation included; \
+            "training seeds {pairs} in {train:.2} s (validation included): {:.0} seeds/s; the \
+             steps' input rows {local} own, {hits} from the feature cache, {misses} read from \
+             their owners ({}); peak RSS per rank {}\n\
+             moved between ranks {} ({:.1} B per training seed; the training steps' \
              collectives sent plus one-sided reads)\n",
             pairs as f64 / train.max(1e-9),
             human_bytes(fetch),

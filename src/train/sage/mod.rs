@@ -54,7 +54,7 @@ trait Source {
         m: &mut RankMetrics,
         rows: &mut Vec<f32>,
     ) -> Vec<Block>;
-    /// Bytes of feature rows this rank holds (its own, its cache's, or all of them).
+    /// Bytes of feature rows this rank holds (its own and its cache's when full, or all of them).
     fn feature_bytes(&self) -> u64;
 }
 
@@ -143,17 +143,20 @@ fn scores(
     out
 }
 
-/// Collective: the share of `nodes` predicted right (each rank scores its share).
+/// Collective: the share of `nodes` predicted right (each rank scores its share), and the
+/// bytes this rank sent for it (evaluation's rows and exchanges are not the training's: the
+/// metrics leave them out).
 fn accuracy(
     comm: &Comm,
     sage: &Sage,
     src: &mut dyn Source,
     l: &Labelled,
     nodes: &[u64],
-    mb: (&mut RankMetrics, &mut Bufs),
-) -> f64 {
+    b: &mut Bufs,
+) -> (f64, u64) {
+    let before = comm.traffic().sent.load(Relaxed);
     let mine = src.mine(nodes);
-    let s = scores(comm, sage, src, &mine, mb);
+    let s = scores(comm, sage, src, &mine, (&mut RankMetrics::default(), b));
     let k = *sage.dims.last().expect("layers");
     let right = mine
         .iter()
@@ -164,7 +167,8 @@ fn accuracy(
         })
         .count();
     let g = comm.all_reduce_u64(&[right as u64, mine.len() as u64], ReduceOp::Sum);
-    g[0] as f64 / g[1].max(1) as f64
+    let sent = comm.traffic().sent.load(Relaxed) - before;
+    (g[0] as f64 / g[1].max(1) as f64, sent)
 }
 
 /// What the steps of an epoch share.
@@ -355,6 +359,7 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     let t = Timer::start();
     let (mut best, mut best_params, mut since) = (-1f64, sage.params.clone(), 0u32);
     let mut order = train.clone();
+    let mut eval_sent = 0;
     let mut ep = Epochs {
         comm,
         l: &l,
@@ -369,14 +374,8 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     for epoch in 0..cfg.epochs {
         order.shuffle(&mut shared);
         let (loss, right) = ep.epoch(&mut sage, src.as_mut(), &order);
-        let v = accuracy(
-            comm,
-            &sage,
-            src.as_mut(),
-            &l,
-            &valid,
-            (&mut ep.m, &mut ep.b),
-        );
+        let (v, sent) = accuracy(comm, &sage, src.as_mut(), &l, &valid, &mut ep.b);
+        eval_sent += sent;
         if comm.rank() == 0 {
             eprintln!(
                 "graphscale: epoch {:>3}  loss {:.4}  train accuracy {:.3}  valid accuracy {v:.3}",
@@ -398,11 +397,11 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     let (mut m, mut b) = (ep.m, ep.b);
     m.train_seconds = t.secs();
     let traffic = comm.traffic();
-    // The sampling's exchanges and the gradients' all-reduce (training and validation).
-    m.comm_bytes_sent = traffic.sent.load(Relaxed);
+    // The sampling's exchanges and the gradients' all-reduce of the training steps.
+    m.comm_bytes_sent = traffic.sent.load(Relaxed) - eval_sent;
     m.comm_bytes_received = traffic.received.load(Relaxed);
     sage.params = best_params;
-    let acc = accuracy(comm, &sage, src.as_mut(), &l, &test, (&mut m, &mut b));
+    let (acc, _) = accuracy(comm, &sage, src.as_mut(), &l, &test, &mut b);
     if comm.rank() == 0 {
         eprintln!("graphscale: test accuracy {acc:.4} (the best validation epoch's parameters: valid accuracy {best:.4})");
     }
@@ -421,7 +420,13 @@ fn finish(
     m.peak_rss_bytes = crate::stats::peak_rss_bytes();
     let all: Vec<u64> = (0..l.split.len() as u64).collect();
     let mine = src.mine(&all);
-    let s = scores(comm, sage, src, &mine, (&mut m, &mut b));
+    let s = scores(
+        comm,
+        sage,
+        src,
+        &mine,
+        (&mut RankMetrics::default(), &mut b),
+    );
     let gathered = gather_scores(
         comm,
         &mine,

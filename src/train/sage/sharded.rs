@@ -22,6 +22,11 @@ use crate::store::{decode_row, encode_row};
 
 use super::Source;
 
+/// The default cache of remote feature rows holds this share of the rank's own rows: own
+/// and cached rows then take about `1 / ranks + 1 / (8 ranks)` of the replicated baseline's
+/// feature memory.
+const CACHE_SHARE: usize = 8;
+
 /// Feature rows read from the file at once.
 const READ_ROWS: usize = 1 << 16;
 
@@ -30,7 +35,8 @@ const READ_ROWS: usize = 1 << 16;
 /// first are mostly the hubs'). Features never change: no copy is ever stale.
 struct FeatureCache {
     slot_of: FxHashMap<u64, u32>,
-    rows: Vec<f32>,
+    /// The rows as their owners store them (f32 or f16).
+    rows: Vec<u8>,
     capacity: usize,
 }
 
@@ -104,7 +110,10 @@ impl<'a> Sharded<'a> {
         }
         window.sync();
         comm.barrier();
-        let capacity = cfg.cache_rows.unwrap_or(rows).min(n.saturating_sub(rows));
+        let capacity = cfg
+            .cache_rows
+            .unwrap_or(rows / CACHE_SHARE)
+            .min(n.saturating_sub(rows));
         let source = Sharded {
             comm,
             g,
@@ -213,7 +222,7 @@ impl<'a> Sharded<'a> {
                     m.local_rows += 1;
                 } else if let Some(&s) = self.cache.slot_of.get(&v) {
                     let s = s as usize;
-                    dst.copy_from_slice(&self.cache.rows[s * f..(s + 1) * f]);
+                    decode_row(dtype, &self.cache.rows[s * rb..(s + 1) * rb], dst);
                     m.cache_hits += 1;
                 } else {
                     remote[o].push((i as u32, r as u32));
@@ -251,7 +260,7 @@ impl<'a> Sharded<'a> {
                 if c.slot_of.len() < c.capacity {
                     let v = input[i];
                     c.slot_of.insert(v, c.slot_of.len() as u32);
-                    c.rows.extend_from_slice(dst);
+                    c.rows.extend_from_slice(&buf[(k - 1) * rb..k * rb]);
                 }
             }
         }
@@ -288,6 +297,6 @@ impl Source for Sharded<'_> {
     }
 
     fn feature_bytes(&self) -> u64 {
-        (self.g.num_local() * self.cols * self.dtype.size() + self.cache.rows.len() * 4) as u64
+        ((self.g.num_local() + self.cache.capacity) * self.cols * self.dtype.size()) as u64
     }
 }
