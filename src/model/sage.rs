@@ -99,40 +99,60 @@ impl Sage {
         w.saved.resize_with(blocks.len(), Saved::default);
         let mut dropout = dropout;
         for (l, b) in blocks.iter().enumerate() {
-            let (din, dout) = (self.dims[l], self.dims[l + 1]);
             let (done, rest) = w.saved.split_at_mut(l);
             let h: &[f32] = if l == 0 { x } else { &done[l - 1].out };
-            let s = &mut rest[0];
-            assert_eq!(h.len(), b.num_src * din, "layer {l}: input rows");
-            neighbour_means(b, h, din, &mut s.mean);
-            let (at, _) = self.span(l);
-            let p = &self.params[at..];
-            let (ws, wn, bias) = (
-                &p[..din * dout],
-                &p[din * dout..2 * din * dout],
-                &p[2 * din * dout..2 * din * dout + dout],
-            );
-            let z = &mut s.out;
-            z.clear();
-            for _ in 0..b.num_dst {
-                z.extend_from_slice(bias);
-            }
-            matmul(&h[..b.num_dst * din], ws, z, b.num_dst, din, dout, 1.0);
-            matmul(&s.mean, wn, z, b.num_dst, din, dout, 1.0);
-            s.gate.clear();
-            if l + 1 < blocks.len() {
-                zeroed(&mut s.gate, z.len());
-                let keep = dropout.as_ref().map_or(1.0, |(p, _)| 1.0 - p);
-                for (zi, g) in z.iter_mut().zip(s.gate.iter_mut()) {
-                    let kept = match &mut dropout {
-                        Some((p, rng)) => rng.random::<f32>() >= *p,
-                        None => true,
-                    };
-                    *g = if *zi > 0.0 && kept { 1.0 / keep } else { 0.0 };
-                    *zi *= *g;
-                }
+            self.layer(l, b, h, &mut rest[0], &mut dropout);
+        }
+    }
+
+    /// Layer `l` over block `b` from its input rows `h`, into `s`: ReLU and dropout unless
+    /// it is the last layer.
+    fn layer(
+        &self,
+        l: usize,
+        b: &Block,
+        h: &[f32],
+        s: &mut Saved,
+        dropout: &mut Option<(f32, &mut Rng)>,
+    ) {
+        let (din, dout) = (self.dims[l], self.dims[l + 1]);
+        assert_eq!(h.len(), b.num_src * din, "layer {l}: input rows");
+        neighbour_means(b, h, din, &mut s.mean);
+        let (at, _) = self.span(l);
+        let p = &self.params[at..];
+        let (ws, wn, bias) = (
+            &p[..din * dout],
+            &p[din * dout..2 * din * dout],
+            &p[2 * din * dout..2 * din * dout + dout],
+        );
+        let z = &mut s.out;
+        z.clear();
+        for _ in 0..b.num_dst {
+            z.extend_from_slice(bias);
+        }
+        matmul(&h[..b.num_dst * din], ws, z, b.num_dst, din, dout, 1.0);
+        matmul(&s.mean, wn, z, b.num_dst, din, dout, 1.0);
+        s.gate.clear();
+        if l + 1 < self.layers() {
+            zeroed(&mut s.gate, z.len());
+            let keep = dropout.as_ref().map_or(1.0, |(p, _)| 1.0 - p);
+            for (zi, g) in z.iter_mut().zip(s.gate.iter_mut()) {
+                let kept = match dropout {
+                    Some((p, rng)) => rng.random::<f32>() >= *p,
+                    None => true,
+                };
+                *g = if *zi > 0.0 && kept { 1.0 / keep } else { 0.0 };
+                *zi *= *g;
             }
         }
+    }
+
+    /// Layer `l` alone over `block` (evaluation, layer by layer over the whole graph): its
+    /// output rows, in `w` until its next use.
+    pub fn layer_in<'w>(&self, w: &'w mut Work, l: usize, block: &Block, h: &[f32]) -> &'w [f32] {
+        w.saved.resize_with(1, Saved::default);
+        self.layer(l, block, h, &mut w.saved[0], &mut None);
+        &w.saved[0].out
     }
 
     /// Class scores of the seeds (evaluation: no dropout).

@@ -34,8 +34,8 @@ use sharded::Sharded;
 use std::sync::atomic::Ordering::Relaxed;
 use whole::Whole;
 
-/// Nodes scored at once in evaluation.
-const EVAL_CHUNK: usize = 1024;
+/// Nodes whose layer output is computed at once in layer-wise inference.
+const INFER_CHUNK: usize = 4096;
 
 /// What a rank's work source gives the driver: its share of nodes and a batch's blocks with
 /// their input rows.
@@ -54,6 +54,9 @@ trait Source {
         m: &mut RankMetrics,
         rows: &mut Vec<f32>,
     ) -> Vec<Block>;
+    /// Collective: the class scores of this rank's share of the nodes with every neighbour,
+    /// layer by layer over the whole graph: the nodes and their scores (`classes` each).
+    fn infer(&mut self, sage: &Sage, work: &mut Work, m: &mut RankMetrics) -> (Vec<u64>, Vec<f32>);
     /// Bytes of feature rows this rank holds (its own and its cache's when full, or all of them).
     fn feature_bytes(&self) -> u64;
 }
@@ -119,56 +122,44 @@ impl Labelled {
     }
 }
 
-/// Collective: class scores of this rank's `mine` with every neighbour (no sampling), in
-/// chunks; every rank runs as many chunks as the rank with the most.
-fn scores(
-    comm: &Comm,
-    sage: &Sage,
-    src: &mut dyn Source,
-    mine: &[u64],
-    (m, b): (&mut RankMetrics, &mut Bufs),
-) -> Vec<f32> {
-    let all = vec![usize::MAX; sage.layers()];
-    let classes = *sage.dims.last().expect("layers");
-    let mut out = Vec::with_capacity(mine.len() * classes);
-    let mut rng = Rng::seed_from_u64(0);
-    let chunks = comm.max_u64(mine.len().div_ceil(EVAL_CHUNK) as u64) as usize;
-    for c in 0..chunks {
-        let chunk = mine.chunks(EVAL_CHUNK).nth(c).unwrap_or(&[]);
-        let blocks = src.batch(chunk, &all, &mut rng, m, &mut b.rows);
-        if !chunk.is_empty() {
-            out.extend_from_slice(sage.predict_in(&mut b.work, &blocks, &b.rows));
-        }
-    }
-    out
+/// Every node's class scores of this rank's share (layer-wise, every neighbour), with the
+/// bytes this rank sent for them (evaluation's rows and exchanges are not the training's: the
+/// metrics leave them out).
+struct Scored {
+    nodes: Vec<u64>,
+    scores: Vec<f32>,
+    sent: u64,
 }
 
-/// Collective: the share of `nodes` predicted right (each rank scores its share), and the
-/// bytes this rank sent for it (evaluation's rows and exchanges are not the training's: the
-/// metrics leave them out).
-fn accuracy(
-    comm: &Comm,
-    sage: &Sage,
-    src: &mut dyn Source,
-    l: &Labelled,
-    nodes: &[u64],
-    b: &mut Bufs,
-) -> (f64, u64) {
-    let before = comm.traffic().sent.load(Relaxed);
-    let mine = src.mine(nodes);
-    let s = scores(comm, sage, src, &mine, (&mut RankMetrics::default(), b));
-    let k = *sage.dims.last().expect("layers");
-    let right = mine
-        .iter()
-        .enumerate()
-        .filter(|&(i, &v)| {
-            let row = &s[i * k..(i + 1) * k];
-            (0..k).max_by(|&a, &b| row[a].total_cmp(&row[b])) == Some(l.y[v as usize] as usize)
-        })
-        .count();
-    let g = comm.all_reduce_u64(&[right as u64, mine.len() as u64], ReduceOp::Sum);
-    let sent = comm.traffic().sent.load(Relaxed) - before;
-    (g[0] as f64 / g[1].max(1) as f64, sent)
+impl Scored {
+    /// Collective: score this rank's share with `sage`.
+    fn new(comm: &Comm, sage: &Sage, src: &mut dyn Source, work: &mut Work) -> Scored {
+        let before = comm.traffic().sent.load(Relaxed);
+        let (nodes, scores) = src.infer(sage, work, &mut RankMetrics::default());
+        let sent = comm.traffic().sent.load(Relaxed) - before;
+        Scored {
+            nodes,
+            scores,
+            sent,
+        }
+    }
+
+    /// Collective: the share of the nodes of split `code` predicted right.
+    fn accuracy(&self, comm: &Comm, l: &Labelled, code: u8) -> f64 {
+        let k = l.classes.max(2);
+        let (mut right, mut all) = (0u64, 0u64);
+        for (i, &v) in self.nodes.iter().enumerate() {
+            if l.split[v as usize] != code {
+                continue;
+            }
+            let row = &self.scores[i * k..(i + 1) * k];
+            let top = (0..k).max_by(|&a, &b| row[a].total_cmp(&row[b]));
+            right += u64::from(top == Some(l.y[v as usize] as usize));
+            all += 1;
+        }
+        let g = comm.all_reduce_u64(&[right, all], ReduceOp::Sum);
+        g[0] as f64 / g[1].max(1) as f64
+    }
 }
 
 /// What the steps of an epoch share.
@@ -326,7 +317,7 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     let (mut src, normalized) = source(comm, cfg, s.feature_norm)?;
     let l = agree(comm, Labelled::load(&cfg.graph))?;
     let load = t.secs();
-    let (train, valid, test) = (l.nodes(TRAIN), l.nodes(VALID), l.nodes(TEST));
+    let train = l.nodes(TRAIN);
     if train.is_empty() {
         return Err(Error::bad_input(
             &cfg.graph,
@@ -374,8 +365,9 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     for epoch in 0..cfg.epochs {
         order.shuffle(&mut shared);
         let (loss, right) = ep.epoch(&mut sage, src.as_mut(), &order);
-        let (v, sent) = accuracy(comm, &sage, src.as_mut(), &l, &valid, &mut ep.b);
-        eval_sent += sent;
+        let scored = Scored::new(comm, &sage, src.as_mut(), &mut ep.b.work);
+        let v = scored.accuracy(comm, &l, VALID);
+        eval_sent += scored.sent;
         if comm.rank() == 0 {
             eprintln!(
                 "graphscale: epoch {:>3}  loss {:.4}  train accuracy {:.3}  valid accuracy {v:.3}",
@@ -401,11 +393,12 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     m.comm_bytes_sent = traffic.sent.load(Relaxed) - eval_sent;
     m.comm_bytes_received = traffic.received.load(Relaxed);
     sage.params = best_params;
-    let (acc, _) = accuracy(comm, &sage, src.as_mut(), &l, &test, &mut b);
+    let scored = Scored::new(comm, &sage, src.as_mut(), &mut b.work);
+    let acc = scored.accuracy(comm, &l, TEST);
     if comm.rank() == 0 {
         eprintln!("graphscale: test accuracy {acc:.4} (the best validation epoch's parameters: valid accuracy {best:.4})");
     }
-    finish(comm, cfg, &sage, src.as_mut(), &l, (m, b))
+    finish(comm, cfg, &sage, &l, (m, scored))
 }
 
 /// Collective: every node's class scores to the output, and the metrics of every rank.
@@ -413,24 +406,14 @@ fn finish(
     comm: &Comm,
     cfg: &TrainConfig,
     sage: &Sage,
-    src: &mut dyn Source,
     l: &Labelled,
-    (mut m, mut b): (RankMetrics, Bufs),
+    (mut m, scored): (RankMetrics, Scored),
 ) -> Result<Outcome> {
     m.peak_rss_bytes = crate::stats::peak_rss_bytes();
-    let all: Vec<u64> = (0..l.split.len() as u64).collect();
-    let mine = src.mine(&all);
-    let s = scores(
-        comm,
-        sage,
-        src,
-        &mine,
-        (&mut RankMetrics::default(), &mut b),
-    );
     let gathered = gather_scores(
         comm,
-        &mine,
-        &s,
+        &scored.nodes,
+        &scored.scores,
         l.split.len(),
         *sage.dims.last().expect("layers"),
     );

@@ -14,13 +14,14 @@ use crate::error::Result;
 use crate::graph::csr::{self, LocalGraph};
 use crate::graph::nodedata;
 use crate::graph::partition::Scheme;
+use crate::model::sage::{Sage, Work};
 use crate::sample::neighbors::{pick, sample_blocks_by_hop, Block};
 use crate::sample::Rng;
 use crate::spmd::agree;
 use crate::stats::RankMetrics;
 use crate::store::{decode_row, encode_row};
 
-use super::Source;
+use super::{Source, INFER_CHUNK};
 
 /// The default cache of remote feature rows holds this share of the rank's own rows: own
 /// and cached rows then take about `1 / ranks + 1 / (8 ranks)` of the replicated baseline's
@@ -203,26 +204,44 @@ impl<'a> Sharded<'a> {
             counts.push((picked.len() - before) as u32);
         }
     }
+}
 
-    /// The feature rows of `input` (f32, in order): this rank's from its window, cached ones
-    /// from the cache, the rest read one-sidedly from their owners (and cached while it has
-    /// room).
-    fn rows(&mut self, input: &[u64], m: &mut RankMetrics, out: &mut Vec<f32>) {
-        let (f, me, dtype) = (self.cols, self.comm.rank(), self.dtype);
+/// Rows of `width` values stored as `dtype` in `window` by their owners under `part`.
+struct Rows<'w> {
+    comm: &'w Comm,
+    part: &'w crate::graph::partition::Partitioner,
+    window: &'w Window,
+    dtype: Dtype,
+    width: usize,
+}
+
+impl Rows<'_> {
+    /// The rows of `input` (f32, in order) into `out`: this rank's from its window, those in
+    /// `cache` from it, the rest read one-sidedly from their owners (and cached while the cache
+    /// has room).
+    fn read(
+        &self,
+        input: &[u64],
+        mut cache: Option<&mut FeatureCache>,
+        m: &mut RankMetrics,
+        out: &mut Vec<f32>,
+    ) {
+        let (f, me, dtype) = (self.width, self.comm.rank(), self.dtype);
         let rb = f * dtype.size();
         out.clear();
         out.resize(input.len() * f, 0.0);
         let mut remote: Vec<Vec<(u32, u32)>> = vec![Vec::new(); self.comm.size()];
         self.window.with_local(|bytes| {
             for (i, &v) in input.iter().enumerate() {
-                let (o, r) = self.g.part.locate(v);
+                let (o, r) = self.part.locate(v);
                 let dst = &mut out[i * f..(i + 1) * f];
                 if o == me {
                     decode_row(dtype, &bytes[r * rb..(r + 1) * rb], dst);
                     m.local_rows += 1;
-                } else if let Some(&s) = self.cache.slot_of.get(&v) {
+                } else if let Some(&s) = cache.as_ref().and_then(|c| c.slot_of.get(&v)) {
+                    let c = cache.as_ref().expect("a hit has a cache");
                     let s = s as usize;
-                    decode_row(dtype, &self.cache.rows[s * rb..(s + 1) * rb], dst);
+                    decode_row(dtype, &c.rows[s * rb..(s + 1) * rb], dst);
                     m.cache_hits += 1;
                 } else {
                     remote[o].push((i as u32, r as u32));
@@ -253,17 +272,85 @@ impl<'a> Sharded<'a> {
         for (o, _) in &requests {
             for &(i, _) in &remote[*o] {
                 let i = i as usize;
-                let dst = &mut out[i * f..(i + 1) * f];
-                decode_row(dtype, &buf[k * rb..(k + 1) * rb], dst);
+                let row = &buf[k * rb..(k + 1) * rb];
+                decode_row(dtype, row, &mut out[i * f..(i + 1) * f]);
                 k += 1;
-                let c = &mut self.cache;
-                if c.slot_of.len() < c.capacity {
-                    let v = input[i];
-                    c.slot_of.insert(v, c.slot_of.len() as u32);
-                    c.rows.extend_from_slice(&buf[(k - 1) * rb..k * rb]);
+                if let Some(c) = cache.as_mut().filter(|c| c.slot_of.len() < c.capacity) {
+                    c.slot_of.insert(input[i], c.slot_of.len() as u32);
+                    c.rows.extend_from_slice(row);
                 }
             }
         }
+    }
+}
+
+impl Sharded<'_> {
+    /// Collective: every own node's output rows with every neighbour, layer by layer over the
+    /// whole graph (each layer's rows of all nodes once, instead of a tree of rows per node):
+    /// a layer's input rows of other ranks are read one-sidedly, from the feature window for
+    /// the first layer and from a window of the previous layer's rows after it. Only the own
+    /// nodes' adjacency is needed: no sampling exchange.
+    fn layerwise(
+        &mut self,
+        sage: &Sage,
+        work: &mut Work,
+        m: &mut RankMetrics,
+    ) -> (Vec<u64>, Vec<f32>) {
+        let (me, own) = (self.comm.rank(), self.g.num_local());
+        let nodes: Vec<u64> = (0..own).map(|r| self.g.part.global(me, r)).collect();
+        let (mut hidden, mut out, mut rows) = (None::<Window>, Vec::new(), Vec::new());
+        for l in 0..sage.layers() {
+            let dout = sage.dims[l + 1];
+            out.clear();
+            out.reserve(own * dout);
+            for chunk in nodes.chunks(INFER_CHUNK) {
+                let g = &self.g;
+                let (blocks, input) = sample_blocks_by_hop(chunk, &[usize::MAX], |dst, _, c, p| {
+                    for &v in dst {
+                        let before = p.len();
+                        p.extend(g.neighbors(g.part.local_index(v)).iter());
+                        c.push((p.len() - before) as u32);
+                    }
+                });
+                match &hidden {
+                    None => Rows {
+                        comm: self.comm,
+                        part: &self.g.part,
+                        window: &self.window,
+                        dtype: self.dtype,
+                        width: self.cols,
+                    }
+                    .read(&input, Some(&mut self.cache), m, &mut rows),
+                    Some(w) => Rows {
+                        comm: self.comm,
+                        part: &self.g.part,
+                        window: w,
+                        dtype: Dtype::F32,
+                        width: sage.dims[l],
+                    }
+                    .read(&input, None, m, &mut rows),
+                }
+                out.extend_from_slice(sage.layer_in(work, l, &blocks[0], &rows));
+            }
+            if l + 1 < sage.layers() {
+                // Every rank's rows of this layer in a window (collective), for the next.
+                let mut w = self.comm.window(out.len() * 4);
+                w.with_local_mut(|bytes| {
+                    for (b, x) in bytes.chunks_exact_mut(4).zip(&out) {
+                        b.copy_from_slice(&x.to_le_bytes());
+                    }
+                });
+                w.sync();
+                self.comm.barrier();
+                // The previous layer's window goes once every rank has read it.
+                if hidden.is_some() {
+                    self.comm.barrier();
+                }
+                hidden = Some(w);
+            }
+        }
+        self.comm.barrier();
+        (nodes, out)
     }
 }
 
@@ -292,8 +379,19 @@ impl Source for Sharded<'_> {
         let (blocks, input) = sample_blocks_by_hop(seeds, fanouts, |dst, fanout, c, p| {
             self.hop(dst, fanout, rng, c, p)
         });
-        self.rows(&input, m, rows);
+        Rows {
+            comm: self.comm,
+            part: &self.g.part,
+            window: &self.window,
+            dtype: self.dtype,
+            width: self.cols,
+        }
+        .read(&input, Some(&mut self.cache), m, rows);
         blocks
+    }
+
+    fn infer(&mut self, sage: &Sage, work: &mut Work, m: &mut RankMetrics) -> (Vec<u64>, Vec<f32>) {
+        self.layerwise(sage, work, m)
     }
 
     fn feature_bytes(&self) -> u64 {

@@ -7,11 +7,12 @@ use std::path::Path;
 use crate::comm::Comm;
 use crate::error::Result;
 use crate::graph::h5::EdgeFile;
-use crate::sample::neighbors::{sample_blocks, Block};
+use crate::model::sage::{Sage, Work};
+use crate::sample::neighbors::{sample_blocks, sample_blocks_by_hop, Block};
 use crate::sample::Rng;
 use crate::stats::RankMetrics;
 
-use super::{scale_rows, Source};
+use super::{scale_rows, Source, INFER_CHUNK};
 
 /// A graph and its feature rows, whole on this rank.
 pub(super) struct Whole {
@@ -106,6 +107,48 @@ impl Source for Whole {
             rows.extend_from_slice(&self.x[v as usize * f..(v as usize + 1) * f]);
         }
         blocks
+    }
+
+    fn infer(
+        &mut self,
+        sage: &Sage,
+        work: &mut Work,
+        _m: &mut RankMetrics,
+    ) -> (Vec<u64>, Vec<f32>) {
+        // Every layer over every node (the baseline computes what it holds), the last one's
+        // rows of this rank's share returned.
+        let n = self.offsets.len() - 1;
+        let mut h = Vec::new();
+        let mut out = Vec::new();
+        for l in 0..sage.layers() {
+            out.clear();
+            let din = sage.dims[l];
+            let mut rows = Vec::new();
+            let nodes: Vec<u64> = (0..n as u64).collect();
+            for chunk in nodes.chunks(INFER_CHUNK) {
+                let (blocks, input) = sample_blocks_by_hop(chunk, &[usize::MAX], |dst, _, c, p| {
+                    for &v in dst {
+                        let before = p.len();
+                        self.nbrs(v, p);
+                        c.push((p.len() - before) as u32);
+                    }
+                });
+                let x: &[f32] = if l == 0 { &self.x } else { &h };
+                rows.clear();
+                for &v in &input {
+                    rows.extend_from_slice(&x[v as usize * din..(v as usize + 1) * din]);
+                }
+                out.extend_from_slice(sage.layer_in(work, l, &blocks[0], &rows));
+            }
+            std::mem::swap(&mut h, &mut out);
+        }
+        let k = *sage.dims.last().expect("layers");
+        let mine = self.mine(&(0..n as u64).collect::<Vec<u64>>());
+        let scores = mine
+            .iter()
+            .flat_map(|&v| h[v as usize * k..(v as usize + 1) * k].iter().copied())
+            .collect();
+        (mine, scores)
     }
 
     fn feature_bytes(&self) -> u64 {
