@@ -297,6 +297,21 @@ pub enum EvalCmd {
         #[command(flatten)]
         mpi: Mpi,
     },
+    /// GraphSAGE: accuracy, micro- and macro-F1 of a `train --model sage` output on the train,
+    /// valid and test nodes of its graph, with every neighbour (layer-wise; an MPI job)
+    Gnn {
+        /// Output of `graphscale train --model sage`
+        #[arg(long)]
+        model: PathBuf,
+        /// The graph file it was trained on (features, labels and split)
+        #[arg(long)]
+        graph: PathBuf,
+        /// Print {"train": {"accuracy": .., "micro_f1": .., "macro_f1": ..}, "valid": .., "test": ..}
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        mpi: Mpi,
+    },
     /// Node classification (DeepWalk protocol): one-vs-rest logistic regression, Micro/Macro-F1
     Nodeclf {
         #[arg(long)]

@@ -96,6 +96,18 @@ fn main() {
             }
             Ok(())
         }),
+        Some(Command::Eval(EvalCmd::Gnn {
+            ref model,
+            ref graph,
+            json,
+            ref mpi,
+        })) => spmd(mpi, |c| {
+            let r = graphscale::train::sage::evaluate(c, model, graph)?;
+            if c.rank() == 0 {
+                print_gnn(&r, json);
+            }
+            Ok(())
+        }),
         Some(Command::Eval(e)) => serial(|| eval_cmd(&e)),
         Some(Command::Split(ref x)) => serial(|| split_cmd(x)),
         Some(Command::Reorder(ref x)) => serial(|| reorder_cmd(x)),
@@ -453,6 +465,29 @@ fn print_linkpred(
             "link prediction ({score:?}): {} held-out edges, {} non-edges\nROC-AUC {:.4}  MRR {:.4}  Hits@1 {:.4}  Hits@3 {:.4}  Hits@10 {:.4}",
             r.positives, r.negatives, r.auc, r.mrr, r.hits1, r.hits3, r.hits10
         );
+    }
+}
+
+fn print_gnn(r: &[(String, graphscale::train::sage::SplitScores)], json: bool) {
+    if json {
+        let map: serde_json::Map<String, serde_json::Value> = r
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    serde_json::to_value(v).expect("scores serialize"),
+                )
+            })
+            .collect();
+        println!("{}", serde_json::Value::Object(map));
+    } else {
+        println!("split      nodes  accuracy  micro-F1  macro-F1");
+        for (k, v) in r {
+            println!(
+                "{k:<6} {:>9}  {:>8.4}  {:>8.4}  {:>8.4}",
+                v.nodes, v.accuracy, v.micro_f1, v.macro_f1
+            );
+        }
     }
 }
 

@@ -311,3 +311,77 @@ fn sharded_and_replicated_sage_compute_what_one_rank_computes() {
     assert_eq!(o.code, 0, "{}", o.all());
     assert_eq!(trace(&o), one, "3 ranks under mpirun, sharded");
 }
+
+/// `eval gnn` scores a `train --model sage` output on its graph: train, valid and test, each
+/// with accuracy and micro- and macro-F1, the test accuracy the one training printed, the same
+/// under mpirun; a model given the wrong file is refused naming it.
+#[test]
+fn eval_gnn_scores_every_split_as_training_did() {
+    let d = tmp();
+    let g = cora(d.path());
+    let out = p(d.path(), "sage.h5");
+    let t = run(
+        300,
+        &[
+            "--graph",
+            s(&g),
+            "--model",
+            "sage",
+            "--epochs",
+            "5",
+            "-o",
+            s(&out),
+        ],
+    );
+    assert_eq!(t.code, 0, "{}", t.all());
+    let printed = printed_accuracy(&t);
+    let e = run(
+        60,
+        &[
+            "eval",
+            "gnn",
+            "--model",
+            s(&out),
+            "--graph",
+            s(&g),
+            "--json",
+        ],
+    );
+    assert_eq!(e.code, 0, "{}", e.all());
+    let v: serde_json::Value = serde_json::from_str(e.stdout.trim()).expect("JSON");
+    for split in ["train", "valid", "test"] {
+        for key in ["accuracy", "micro_f1", "macro_f1"] {
+            let x = v[split][key].as_f64().unwrap_or(-1.0);
+            assert!((0.0..=1.0).contains(&x), "{split} {key}: {v}");
+        }
+    }
+    assert_eq!(v["test"]["nodes"], 1000, "{v}");
+    let test = v["test"]["accuracy"].as_f64().unwrap();
+    assert!(
+        (test - printed).abs() < 1e-4,
+        "eval {test} against train's {printed}"
+    );
+    let m = mpirun(
+        2,
+        120,
+        &[
+            "eval",
+            "gnn",
+            "--model",
+            s(&out),
+            "--graph",
+            s(&g),
+            "--json",
+        ],
+    );
+    assert_eq!(m.code, 0, "{}", m.all());
+    let v2: serde_json::Value = serde_json::from_str(m.stdout.trim()).expect("JSON");
+    assert!((v2["test"]["accuracy"].as_f64().unwrap() - test).abs() < 1e-9);
+    let wrong = run(60, &["eval", "gnn", "--model", s(&g), "--graph", s(&g)]);
+    assert_ne!(wrong.code, 0);
+    assert!(
+        wrong.stderr.contains("not a GraphSAGE model"),
+        "{}",
+        wrong.all()
+    );
+}

@@ -15,7 +15,7 @@ mod hogwild;
 mod job;
 mod kg;
 mod replicated;
-mod sage;
+pub mod sage;
 mod step;
 mod triples;
 mod walks;

@@ -237,31 +237,50 @@ impl Epochs<'_> {
     }
 }
 
-/// Collective: this rank's work source for `cfg.strategy`, and whether its rows were scaled.
+/// Where a run's node data is and how it is spread over the ranks.
+struct Placement {
+    graph: std::path::PathBuf,
+    strategy: Strategy,
+    partition: crate::graph::partition::Scheme,
+    cache_rows: Option<usize>,
+}
+
+impl Placement {
+    fn of(cfg: &TrainConfig) -> Placement {
+        Placement {
+            graph: cfg.graph.clone(),
+            strategy: cfg.strategy,
+            partition: cfg.partition,
+            cache_rows: cfg.cache_rows,
+        }
+    }
+}
+
+/// Collective: this rank's work source, and whether its rows were scaled.
 fn source<'a>(
     comm: &'a Comm,
-    cfg: &TrainConfig,
+    at: &Placement,
     norm: FeatureNorm,
 ) -> Result<(Box<dyn Source + 'a>, bool)> {
     let missing = || {
         Error::bad_input(
-            &cfg.graph,
+            &at.graph,
             "--model sage needs node features: convert the graph with --features (docs/formats.md)",
         )
     };
-    if cfg.strategy == Strategy::Replicated {
-        let nd = agree(comm, nodedata::read(&cfg.graph))?;
+    if at.strategy == Strategy::Replicated {
+        let nd = agree(comm, nodedata::read(&at.graph))?;
         let (cols, x) = agree(comm, nd.features.ok_or_else(missing))?;
-        let mut w = agree(comm, Whole::load(comm, &cfg.graph, cols, x))?;
+        let mut w = agree(comm, Whole::load(comm, &at.graph, cols, x))?;
         let scaled = norm == FeatureNorm::Row || (norm == FeatureNorm::Auto && w.non_negative());
         if scaled {
             w.scale();
         }
         return Ok((Box::new(w), scaled));
     }
-    let shape = agree(comm, nodedata::feature_shape(&cfg.graph))?;
+    let shape = agree(comm, nodedata::feature_shape(&at.graph))?;
     let (_, cols, half) = agree(comm, shape.ok_or_else(missing))?;
-    let (s, scaled) = Sharded::load(comm, cfg, (cols, half), norm)?;
+    let (s, scaled) = Sharded::load(comm, at, (cols, half), norm)?;
     Ok((Box::new(s), scaled))
 }
 
@@ -314,7 +333,7 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     let s: &SageSettings = cfg.sage.as_ref().expect("--model sage has its settings");
     let t = Timer::start();
     // Features first: without them nothing else matters (the error names the flag).
-    let (mut src, normalized) = source(comm, cfg, s.feature_norm)?;
+    let (mut src, normalized) = source(comm, &Placement::of(cfg), s.feature_norm)?;
     let l = agree(comm, Labelled::load(&cfg.graph))?;
     let load = t.secs();
     let train = l.nodes(TRAIN);
@@ -498,4 +517,131 @@ fn write(cfg: &TrainConfig, sage: &Sage, scores: Vec<f32>) -> Result<()> {
         text("model", "sage").map_err(err("attribute model"))?;
         crate::graph::h5::flush(&f, tmp)
     })
+}
+
+/// One split's scores in `eval gnn` (single-label: micro-F1 is the accuracy).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SplitScores {
+    pub nodes: u64,
+    pub accuracy: f64,
+    pub micro_f1: f64,
+    pub macro_f1: f64,
+}
+
+/// `train --model sage`'s output read back: the model and the feature scaling it trained with.
+fn read_model(path: &Path) -> Result<(Sage, FeatureNorm)> {
+    let f = crate::graph::h5::open_h5(path)?;
+    let err = |what: &'static str| move |e| Error::hdf5(path, what, e);
+    let text = |name: &str| -> Option<String> {
+        f.attr(name)
+            .and_then(|a| a.read_scalar::<hdf5::types::VarLenUnicode>())
+            .ok()
+            .map(|v| v.as_str().to_string())
+    };
+    if text("model").as_deref() != Some("sage") {
+        return Err(Error::bad_input(
+            path,
+            "not a GraphSAGE model: give the output of `graphscale train --model sage`",
+        ));
+    }
+    let params = f
+        .dataset("weights")
+        .and_then(|d| d.read_raw::<f32>())
+        .map_err(err("read weights"))?;
+    let dims: Vec<usize> = f
+        .attr("dims")
+        .and_then(|a| a.read_raw::<u64>())
+        .map_err(err("read attribute dims"))?
+        .into_iter()
+        .map(|d| d as usize)
+        .collect();
+    let norm = text("config")
+        .and_then(|c| serde_json::from_str::<serde_json::Value>(&c).ok())
+        .and_then(|v| serde_json::from_value(v["feature_norm"].clone()).ok())
+        .unwrap_or(FeatureNorm::Auto);
+    let sage = Sage { dims, params };
+    let want: usize = sage.dims.windows(2).map(|w| 2 * w[0] * w[1] + w[1]).sum();
+    if sage.dims.len() < 2 || sage.params.len() != want {
+        return Err(Error::bad_input(
+            path,
+            format!(
+                "weights hold {} values, the widths {:?} need {want} (damaged file?)",
+                sage.params.len(),
+                sage.dims
+            ),
+        ));
+    }
+    Ok((sage, norm))
+}
+
+/// Collective: `graphscale eval gnn`: the model in `model` over the nodes of `graph` with every
+/// neighbour (layer-wise, sharded over the ranks as training is), scored against the graph's
+/// labels on each split that has nodes.
+pub fn evaluate(comm: &Comm, model: &Path, graph: &Path) -> Result<Vec<(String, SplitScores)>> {
+    let (sage, norm) = agree(comm, read_model(model))?;
+    let at = Placement {
+        graph: graph.to_path_buf(),
+        strategy: Strategy::Sharded,
+        partition: crate::graph::partition::Scheme::Striped,
+        cache_rows: None,
+    };
+    let (mut src, _) = source(comm, &at, norm)?;
+    let l = agree(comm, Labelled::load(graph))?;
+    let k = *sage.dims.last().expect("layers");
+    if src.cols() != sage.dims[0] || l.classes.max(2) != k {
+        return Err(Error::bad_input(
+            model,
+            format!(
+                "the model takes {} features to {k} classes; {} has {} features and {} classes: give the graph it was trained on",
+                sage.dims[0],
+                graph.display(),
+                src.cols(),
+                l.classes.max(2)
+            ),
+        ));
+    }
+    let scored = Scored::new(comm, &sage, src.as_mut(), &mut Work::default());
+    let mut out = Vec::new();
+    for (name, code) in [("train", TRAIN), ("valid", VALID), ("test", TEST)] {
+        // Per class: true positives, false positives, false negatives; then right and all.
+        let mut c = vec![0u64; 3 * k + 2];
+        for (i, &v) in scored.nodes.iter().enumerate() {
+            if l.split[v as usize] != code {
+                continue;
+            }
+            let row = &scored.scores[i * k..(i + 1) * k];
+            let top = (0..k)
+                .max_by(|&a, &b| row[a].total_cmp(&row[b]))
+                .expect("classes");
+            let y = l.y[v as usize] as usize;
+            if top == y {
+                c[y] += 1;
+                c[3 * k] += 1;
+            } else {
+                c[k + top] += 1;
+                c[2 * k + y] += 1;
+            }
+            c[3 * k + 1] += 1;
+        }
+        let c = comm.all_reduce_u64(&c, ReduceOp::Sum);
+        let all = c[3 * k + 1];
+        if all == 0 {
+            continue;
+        }
+        let f1s: Vec<f64> = (0..k)
+            .filter(|&j| c[j] + c[k + j] + c[2 * k + j] > 0)
+            .map(|j| 2.0 * c[j] as f64 / (2 * c[j] + c[k + j] + c[2 * k + j]) as f64)
+            .collect();
+        let accuracy = c[3 * k] as f64 / all as f64;
+        out.push((
+            name.to_string(),
+            SplitScores {
+                nodes: all,
+                accuracy,
+                micro_f1: accuracy,
+                macro_f1: f1s.iter().sum::<f64>() / f1s.len().max(1) as f64,
+            },
+        ));
+    }
+    Ok(out)
 }

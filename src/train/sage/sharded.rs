@@ -9,7 +9,7 @@
 use rustc_hash::FxHashMap;
 
 use crate::comm::{decode_u64, encode_u64, Comm, ReduceOp, Window};
-use crate::config::{Dtype, FeatureNorm, TrainConfig};
+use crate::config::{Dtype, FeatureNorm};
 use crate::error::Result;
 use crate::graph::csr::{self, LocalGraph};
 use crate::graph::nodedata;
@@ -58,17 +58,13 @@ impl<'a> Sharded<'a> {
     /// Returns the source and whether the rows were scaled to sum 1.
     pub(super) fn load(
         comm: &'a Comm,
-        cfg: &TrainConfig,
+        at: &super::Placement,
         (cols, half): (usize, bool),
         norm: FeatureNorm,
     ) -> Result<(Sharded<'a>, bool)> {
-        let g = csr::load(
-            comm,
-            &cfg.graph,
-            cfg.partition,
-            csr::LOAD_CHUNK_EDGES,
-            |_| Ok(false),
-        )?;
+        let g = csr::load(comm, &at.graph, at.partition, csr::LOAD_CHUNK_EDGES, |_| {
+            Ok(false)
+        })?;
         let dtype = if half { Dtype::F16 } else { Dtype::F32 };
         let rows = g.num_local();
         let rb = cols * dtype.size();
@@ -84,7 +80,7 @@ impl<'a> Sharded<'a> {
         };
         let mut negative = false;
         let read = window.with_local_mut(|bytes| {
-            nodedata::read_feature_rows(&cfg.graph, selection, READ_ROWS, |at, x| {
+            nodedata::read_feature_rows(&at.graph, selection, READ_ROWS, |at, x| {
                 let mut x = x.to_vec();
                 negative |= x.iter().any(|&v| v < 0.0);
                 if norm == FeatureNorm::Row {
@@ -111,7 +107,7 @@ impl<'a> Sharded<'a> {
         }
         window.sync();
         comm.barrier();
-        let capacity = cfg
+        let capacity = at
             .cache_rows
             .unwrap_or(rows / CACHE_SHARE)
             .min(n.saturating_sub(rows));
