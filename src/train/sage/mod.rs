@@ -310,12 +310,17 @@ fn announce(
         "every rank holds its nodes' adjacency and feature rows"
     };
     eprintln!(
-        "graphscale: GraphSAGE-mean {dims:?}, fan-out {:?}, {} train / {} valid / {} test nodes, {} seeds per step over {} ranks; {strategy}: {held} ({} x {} features{}; {} of feature rows on rank 0)",
+        "graphscale: GraphSAGE-mean {dims:?}, fan-out {:?}, {} train / {} valid / {} test nodes, {} seeds per step{} over {} ranks; {strategy}: {held} ({} x {} features{}; {} of feature rows on rank 0)",
         s.fanout,
         train,
         valid,
         test,
         cfg.batch_size,
+        if cfg.batch_size_is_default {
+            " (the default: 512, at most a quarter of the training nodes)"
+        } else {
+            ""
+        },
         ranks,
         l.split.len(),
         dims[0],
@@ -343,6 +348,15 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
             "no node is in the training split",
         ));
     }
+    let settled;
+    let cfg = if cfg.batch_size_is_default {
+        let mut c = cfg.clone();
+        c.batch_size = crate::config::sage_batch(train.len());
+        settled = c;
+        &settled
+    } else {
+        cfg
+    };
     let cols = src.cols();
     let mut dims = vec![cols];
     dims.extend(std::iter::repeat_n(s.hidden, s.fanout.len() - 1));

@@ -296,10 +296,11 @@ impl Sharded<'_> {
         let nodes: Vec<u64> = (0..own).map(|r| self.g.part.global(me, r)).collect();
         let (mut hidden, mut out, mut rows) = (None::<Window>, Vec::new(), Vec::new());
         for l in 0..sage.layers() {
-            let dout = sage.dims[l + 1];
-            out.clear();
-            out.reserve(own * dout);
-            for chunk in nodes.chunks(INFER_CHUNK) {
+            let (dout, last) = (sage.dims[l + 1], l + 1 == sage.layers());
+            // A hidden layer's rows go straight into the window the next layer reads
+            // (collective); the last layer's, the scores, into `out`.
+            let mut next = (!last).then(|| self.comm.window(own * dout * 4));
+            for (c, chunk) in nodes.chunks(INFER_CHUNK).enumerate() {
                 let g = &self.g;
                 let (blocks, input) = sample_blocks_by_hop(chunk, &[usize::MAX], |dst, _, c, p| {
                     for &v in dst {
@@ -326,22 +327,22 @@ impl Sharded<'_> {
                     }
                     .read(&input, None, m, &mut rows),
                 }
-                out.extend_from_slice(sage.layer_in(work, l, &blocks[0], &rows));
+                let z = sage.layer_in(work, l, &blocks[0], &rows);
+                match &mut next {
+                    None => out.extend_from_slice(z),
+                    Some(w) => w.with_local_mut(|bytes| {
+                        let at = c * INFER_CHUNK * dout * 4;
+                        for (b, x) in bytes[at..at + z.len() * 4].chunks_exact_mut(4).zip(z) {
+                            b.copy_from_slice(&x.to_le_bytes());
+                        }
+                    }),
+                }
             }
-            if l + 1 < sage.layers() {
-                // Every rank's rows of this layer in a window (collective), for the next.
-                let mut w = self.comm.window(out.len() * 4);
-                w.with_local_mut(|bytes| {
-                    for (b, x) in bytes.chunks_exact_mut(4).zip(&out) {
-                        b.copy_from_slice(&x.to_le_bytes());
-                    }
-                });
+            if let Some(w) = next {
                 w.sync();
                 self.comm.barrier();
-                // The previous layer's window goes once every rank has read it.
-                if hidden.is_some() {
-                    self.comm.barrier();
-                }
+                // The previous layer's window goes once every rank has read it (the barrier
+                // above: every rank has finished this layer's reads).
                 hidden = Some(w);
             }
         }
