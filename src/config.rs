@@ -269,6 +269,7 @@ pub struct SageSettings {
     pub dropout: f32,
     pub weight_decay: f32,
     pub feature_norm: FeatureNorm,
+    pub aggregator: crate::model::sage::Aggregator,
 }
 
 /// GraphSAGE's feature scaling (`--feature-norm`).
@@ -303,6 +304,7 @@ impl SageSettings {
             dropout: r.dropout.unwrap_or(0.5),
             weight_decay: r.weight_decay.unwrap_or(5e-4),
             feature_norm: r.feature_norm.unwrap_or(FeatureNorm::Auto),
+            aggregator: r.aggregator.unwrap_or(crate::model::sage::Aggregator::Mean),
         };
         let mut errs = Vec::new();
         if !(1..=65536).contains(&s.hidden) {
@@ -556,6 +558,7 @@ fn refuse_other_models_flags(r: &RawTrain, model: Model) -> Result<()> {
         (r.dropout.is_some(), "--dropout", sage),
         (r.weight_decay.is_some(), "--weight-decay", sage),
         (r.feature_norm.is_some(), "--feature-norm", sage),
+        (r.aggregator.is_some(), "--aggregator", sage),
     ]
     .into_iter()
     .filter(|&(given, _, applies)| given && !applies)
@@ -567,7 +570,7 @@ fn refuse_other_models_flags(r: &RawTrain, model: Model) -> Result<()> {
                 unused.join(", "),
                 if unused.len() == 1 { "does" } else { "do" },
                 format!("{model:?}").to_lowercase(),
-                "--walks-per-node, --walk-length, --window and --kernel are the walk models' (deepwalk, node2vec), --order and --line-samples LINE's, --hidden, --fanout, --dropout, --weight-decay and --feature-norm GraphSAGE's",
+                "--walks-per-node, --walk-length, --window and --kernel are the walk models' (deepwalk, node2vec), --order and --line-samples LINE's, --hidden, --fanout, --dropout, --weight-decay, --feature-norm and --aggregator GraphSAGE's",
                 if unused.len() == 1 { "it" } else { "them" }
             )));
     }

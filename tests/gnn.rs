@@ -312,9 +312,10 @@ fn sharded_and_replicated_sage_compute_what_one_rank_computes() {
     assert_eq!(trace(&o), one, "3 ranks under mpirun, sharded");
 }
 
-/// `eval gnn` scores a `train --model sage` output on its graph: train, valid and test, each
-/// with accuracy and micro- and macro-F1, the test accuracy the one training printed, the same
-/// under mpirun; a model given the wrong file is refused naming it.
+/// `eval gnn` scores a `train --model sage` output on its graph (here the GCN aggregator's,
+/// which `eval gnn` reads from the output's configuration): train, valid and test, each with
+/// accuracy and micro- and macro-F1, the test accuracy the one training printed, the same under
+/// mpirun; a model given the wrong file is refused naming it.
 #[test]
 fn eval_gnn_scores_every_split_as_training_did() {
     let d = tmp();
@@ -327,6 +328,8 @@ fn eval_gnn_scores_every_split_as_training_did() {
             s(&g),
             "--model",
             "sage",
+            "--aggregator",
+            "gcn",
             "--epochs",
             "5",
             "-o",

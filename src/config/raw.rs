@@ -230,6 +230,11 @@ pub struct RawTrain {
     /// no feature is negative (auto: bag-of-words counts, as PyG's NormalizeFeatures; default)
     #[arg(long, value_enum)]
     pub feature_norm: Option<FeatureNorm>,
+    /// GraphSAGE: how a node's neighbours combine with it: mean (its own row and their mean,
+    /// two weight matrices; default) or gcn (one mean over the node and its neighbours, one
+    /// matrix)
+    #[arg(long, value_enum)]
+    pub aggregator: Option<crate::model::sage::Aggregator>,
     /// Test hook: make one rank fail, `rank=R,step=S,kind=panic|exit|hang|kill`.
     #[arg(long, hide = true)]
     #[serde(skip)]
@@ -417,6 +422,7 @@ impl RawTrain {
             dropout: None,
             weight_decay: None,
             feature_norm: None,
+            aggregator: None,
             inject_fault: None,
         })
     }
@@ -487,6 +493,7 @@ impl RawTrain {
             dropout,
             weight_decay,
             feature_norm,
+            aggregator,
             inject_fault
         )
     }

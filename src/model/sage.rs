@@ -24,13 +24,27 @@ pub struct Batch<'a> {
     pub labels: &'a [u32],
 }
 
+/// How a node's neighbours are combined with it (`--aggregator`).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Aggregator {
+    /// `h_self W_self + mean(h_nbrs) W_neigh + b` (GraphSAGE-mean).
+    Mean,
+    /// `mean({h_self} and h_nbrs) W + b` (GraphSAGE-GCN: the node counts as one of its
+    /// neighbours; one weight matrix).
+    Gcn,
+}
+
 /// The dense parameters of every layer, flat: per layer `W_self` (in x out, row-major), then
-/// `W_neigh` (in x out), then `b` (out).
+/// `W_neigh` (in x out), then `b` (out); with the GCN aggregator `W` (in x out), then `b`.
 #[derive(Clone, Debug)]
 pub struct Sage {
     /// Widths: input features, hidden widths, classes.
     pub dims: Vec<usize>,
     pub params: Vec<f32>,
+    pub aggregator: Aggregator,
 }
 
 /// What one layer's forward keeps for its backward.
@@ -61,14 +75,19 @@ fn zeroed(v: &mut Vec<f32>, n: usize) {
 }
 
 impl Sage {
-    /// Glorot-uniform weights, zero biases.
+    /// GraphSAGE-mean with Glorot-uniform weights, zero biases.
     pub fn new(dims: &[usize], rng: &mut Rng) -> Sage {
+        Sage::with_aggregator(dims, Aggregator::Mean, rng)
+    }
+
+    /// Glorot-uniform weights, zero biases.
+    pub fn with_aggregator(dims: &[usize], aggregator: Aggregator, rng: &mut Rng) -> Sage {
         assert!(dims.len() >= 2 && dims.iter().all(|&d| d > 0));
         let mut params = Vec::new();
         for w in dims.windows(2) {
             let (i, o) = (w[0], w[1]);
             let a = (6.0 / (i + o) as f32).sqrt();
-            for _ in 0..2 * i * o {
+            for _ in 0..Sage::matrices(aggregator) * i * o {
                 params.push(rng.random_range(-a..a));
             }
             params.extend(std::iter::repeat_n(0.0, o));
@@ -76,7 +95,22 @@ impl Sage {
         Sage {
             dims: dims.to_vec(),
             params,
+            aggregator,
         }
+    }
+
+    /// Weight matrices per layer.
+    fn matrices(aggregator: Aggregator) -> usize {
+        match aggregator {
+            Aggregator::Mean => 2,
+            Aggregator::Gcn => 1,
+        }
+    }
+
+    /// The parameters `dims` and `aggregator` take.
+    pub fn param_count(dims: &[usize], aggregator: Aggregator) -> usize {
+        let k = Sage::matrices(aggregator);
+        dims.windows(2).map(|w| k * w[0] * w[1] + w[1]).sum()
     }
 
     pub fn layers(&self) -> usize {
@@ -85,7 +119,8 @@ impl Sage {
 
     /// Offset of layer `l`'s parameters and their count.
     fn span(&self, l: usize) -> (usize, usize) {
-        let size = |w: &[usize]| 2 * w[0] * w[1] + w[1];
+        let k = Sage::matrices(self.aggregator);
+        let size = |w: &[usize]| k * w[0] * w[1] + w[1];
         let at = self.dims.windows(2).take(l).map(size).sum();
         (at, size(&self.dims[l..l + 2]))
     }
@@ -120,18 +155,32 @@ impl Sage {
         neighbour_means(b, h, din, &mut s.mean);
         let (at, _) = self.span(l);
         let p = &self.params[at..];
-        let (ws, wn, bias) = (
-            &p[..din * dout],
-            &p[din * dout..2 * din * dout],
-            &p[2 * din * dout..2 * din * dout + dout],
-        );
+        let k = Sage::matrices(self.aggregator);
+        let bias = &p[k * din * dout..k * din * dout + dout];
         let z = &mut s.out;
         z.clear();
         for _ in 0..b.num_dst {
             z.extend_from_slice(bias);
         }
-        matmul(&h[..b.num_dst * din], ws, z, b.num_dst, din, dout, 1.0);
-        matmul(&s.mean, wn, z, b.num_dst, din, dout, 1.0);
+        match self.aggregator {
+            Aggregator::Mean => {
+                let (ws, wn) = (&p[..din * dout], &p[din * dout..2 * din * dout]);
+                matmul(&h[..b.num_dst * din], ws, z, b.num_dst, din, dout, 1.0);
+                matmul(&s.mean, wn, z, b.num_dst, din, dout, 1.0);
+            }
+            Aggregator::Gcn => {
+                // The node among its neighbours: (h_self + deg * mean) / (deg + 1).
+                for (i, m) in s.mean.chunks_exact_mut(din).enumerate() {
+                    let deg = (b.offsets[i + 1] - b.offsets[i]) as f32;
+                    let inv = 1.0 / (deg + 1.0);
+                    let own = &h[i * din..(i + 1) * din];
+                    m.iter_mut()
+                        .zip(own)
+                        .for_each(|(a, x)| *a = (*a * deg + x) * inv);
+                }
+                matmul(&s.mean, &p[..din * dout], z, b.num_dst, din, dout, 1.0);
+            }
+        }
         s.gate.clear();
         if l + 1 < self.layers() {
             zeroed(&mut s.gate, z.len());
@@ -204,34 +253,47 @@ impl Sage {
             let s = &w.saved[l];
             let (at, n) = self.span(l);
             let g = &mut grads[at..at + n];
-            let (gws, rest) = g.split_at_mut(din * dout);
-            let (gwn, gb) = rest.split_at_mut(din * dout);
+            let gcn = self.aggregator == Aggregator::Gcn;
             let dz = &w.dz;
-            // dW_self += H_self^T dZ, dW_neigh += M^T dZ, db += sum dZ.
-            matmul_tn(&input[..b.num_dst * din], dz, gws, b.num_dst, din, dout);
-            matmul_tn(&s.mean, dz, gwn, b.num_dst, din, dout);
-            for row in dz.chunks_exact(dout) {
-                gb.iter_mut().zip(row).for_each(|(a, d)| *a += d);
-            }
-            if l == 0 && gx.is_none() {
-                break;
-            }
-            // dH_self = dZ W_self^T; dM = dZ W_neigh^T, spread over the neighbours.
             let p = &self.params[at..];
-            let (ws, wn) = (&p[..din * dout], &p[din * dout..2 * din * dout]);
             zeroed(&mut w.dh, b.num_src * din);
-            matmul_nt(dz, ws, &mut w.dh[..b.num_dst * din], b.num_dst, dout, din);
             zeroed(&mut w.dm, b.num_dst * din);
-            matmul_nt(dz, wn, &mut w.dm, b.num_dst, dout, din);
+            if gcn {
+                // dW += M^T dZ, db += sum dZ; dM = dZ W^T.
+                let (gw, gb) = g.split_at_mut(din * dout);
+                matmul_tn(&s.mean, dz, gw, b.num_dst, din, dout);
+                add_rows(gb, dz, dout);
+                if l == 0 && gx.is_none() {
+                    break;
+                }
+                matmul_nt(dz, &p[..din * dout], &mut w.dm, b.num_dst, dout, din);
+            } else {
+                // dW_self += H_self^T dZ, dW_neigh += M^T dZ, db += sum dZ.
+                let (gws, rest) = g.split_at_mut(din * dout);
+                let (gwn, gb) = rest.split_at_mut(din * dout);
+                matmul_tn(&input[..b.num_dst * din], dz, gws, b.num_dst, din, dout);
+                matmul_tn(&s.mean, dz, gwn, b.num_dst, din, dout);
+                add_rows(gb, dz, dout);
+                if l == 0 && gx.is_none() {
+                    break;
+                }
+                // dH_self = dZ W_self^T; dM = dZ W_neigh^T.
+                let (ws, wn) = (&p[..din * dout], &p[din * dout..2 * din * dout]);
+                matmul_nt(dz, ws, &mut w.dh[..b.num_dst * din], b.num_dst, dout, din);
+                matmul_nt(dz, wn, &mut w.dm, b.num_dst, dout, din);
+            }
+            // dM spread over the neighbours (and, with GCN, the node itself).
             let (dh, dm) = (&mut w.dh, &w.dm);
             for i in 0..b.num_dst {
                 let nb = &b.nbrs[b.offsets[i] as usize..b.offsets[i + 1] as usize];
-                if nb.is_empty() {
+                let share = nb.len() + usize::from(gcn);
+                if share == 0 {
                     continue;
                 }
-                let inv = 1.0 / nb.len() as f32;
+                let inv = 1.0 / share as f32;
                 let src = &dm[i * din..(i + 1) * din];
-                for &j in nb {
+                let own = gcn.then_some(i as u32);
+                for &j in nb.iter().chain(own.as_ref()) {
                     let dst = &mut dh[j as usize * din..(j as usize + 1) * din];
                     dst.iter_mut().zip(src).for_each(|(a, d)| *a += d * inv);
                 }
@@ -264,6 +326,13 @@ fn neighbour_means(b: &Block, h: &[f32], d: usize, m: &mut Vec<f32>) {
             let inv = 1.0 / nb.len() as f32;
             out.iter_mut().for_each(|a| *a *= inv);
         }
+    }
+}
+
+/// `acc += ` every row of `rows` (`width` each).
+fn add_rows(acc: &mut [f32], rows: &[f32], width: usize) {
+    for row in rows.chunks_exact(width) {
+        acc.iter_mut().zip(row).for_each(|(a, d)| *a += d);
     }
 }
 
@@ -393,8 +462,15 @@ mod tests {
     /// The hand-written gradients (weights and input rows) match central differences.
     #[test]
     fn gradients_match_finite_differences() {
+        for aggregator in [Aggregator::Mean, Aggregator::Gcn] {
+            gradients_match_for(aggregator);
+        }
+    }
+
+    fn gradients_match_for(aggregator: Aggregator) {
         let mut r = rng(1);
-        let sage = Sage::new(&[5, 6, 3], &mut r);
+        let sage = Sage::with_aggregator(&[5, 6, 3], aggregator, &mut r);
+        assert_eq!(sage.params.len(), Sage::param_count(&[5, 6, 3], aggregator));
         let x: Vec<f32> = (0..7 * 5).map(|_| r.random_range(-1.0..1.0)).collect();
         let labels = [2u32, 0];
         let b = blocks();
@@ -431,7 +507,7 @@ mod tests {
             let fd = (loss(&sage, &up) - loss(&sage, &dn)) / (2.0 * f64::from(h));
             worst = worst.max((fd - f64::from(gx[i])).abs() / (fd.abs() + 1e-2));
         }
-        assert!(worst < 0.05, "worst relative error {worst}");
+        assert!(worst < 0.05, "{aggregator:?}: worst relative error {worst}");
         assert!(g.iter().any(|&v| v != 0.0) && gx.iter().any(|&v| v != 0.0));
     }
 

@@ -23,7 +23,7 @@ use crate::comm::{Comm, ReduceOp};
 use crate::config::{FeatureNorm, SageSettings, Strategy, TrainConfig};
 use crate::error::{Error, Result};
 use crate::graph::nodedata::{self, TEST, TRAIN, VALID};
-use crate::model::sage::{Adam, Batch, Sage, Work};
+use crate::model::sage::{Adam, Aggregator, Batch, Sage, Work};
 use crate::sample::neighbors::Block;
 use crate::sample::{rng_for, Rng};
 use crate::spmd::agree;
@@ -310,7 +310,8 @@ fn announce(
         "every rank holds its nodes' adjacency and feature rows"
     };
     eprintln!(
-        "graphscale: GraphSAGE-mean {dims:?}, fan-out {:?}, {} train / {} valid / {} test nodes, {} seeds per step{} over {} ranks; {strategy}: {held} ({} x {} features{}; {} of feature rows on rank 0)",
+        "graphscale: GraphSAGE-{:?} {dims:?}, fan-out {:?}, {} train / {} valid / {} test nodes, {} seeds per step{} over {} ranks; {strategy}: {held} ({} x {} features{}; {} of feature rows on rank 0)",
+        format!("{:?}", s.aggregator).to_lowercase(),
         s.fanout,
         train,
         valid,
@@ -362,7 +363,7 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     dims.extend(std::iter::repeat_n(s.hidden, s.fanout.len() - 1));
     dims.push(l.classes.max(2));
     let mut shared = Rng::seed_from_u64(cfg.seed);
-    let mut sage = Sage::new(&dims, &mut shared);
+    let mut sage = Sage::with_aggregator(&dims, s.aggregator, &mut shared);
     let adam = Adam::new(sage.params.len(), cfg.lr, s.weight_decay);
     let rng = rng_for(cfg.seed, comm.rank(), 7);
     let grads = vec![0f32; sage.params.len()];
@@ -569,12 +570,21 @@ fn read_model(path: &Path) -> Result<(Sage, FeatureNorm)> {
         .into_iter()
         .map(|d| d as usize)
         .collect();
-    let norm = text("config")
-        .and_then(|c| serde_json::from_str::<serde_json::Value>(&c).ok())
+    let config = text("config").and_then(|c| serde_json::from_str::<serde_json::Value>(&c).ok());
+    let norm = config
+        .as_ref()
         .and_then(|v| serde_json::from_value(v["feature_norm"].clone()).ok())
         .unwrap_or(FeatureNorm::Auto);
-    let sage = Sage { dims, params };
-    let want: usize = sage.dims.windows(2).map(|w| 2 * w[0] * w[1] + w[1]).sum();
+    let aggregator = config
+        .as_ref()
+        .and_then(|v| serde_json::from_value(v["aggregator"].clone()).ok())
+        .unwrap_or(Aggregator::Mean);
+    let want = Sage::param_count(&dims, aggregator);
+    let sage = Sage {
+        dims,
+        params,
+        aggregator,
+    };
     if sage.dims.len() < 2 || sage.params.len() != want {
         return Err(Error::bad_input(
             path,
