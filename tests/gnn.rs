@@ -147,7 +147,8 @@ fn train_model_sage_on_cora_with_the_defaults() {
 }
 
 /// What `--model sage` refuses: a graph without node data (naming the flag that adds it),
-/// GraphSAGE's flags on another model, a bad fan-out.
+/// GraphSAGE's flags on another model, a bad fan-out, a triple file (on every rank of an MPI
+/// job, non-zero).
 #[test]
 fn sage_refuses_what_cannot_work() {
     let d = tmp();
@@ -171,6 +172,19 @@ fn sage_refuses_what_cannot_work() {
     );
     assert_ne!(o.code, 0);
     assert!(o.stderr.contains("--fanout '5,x'"), "{}", o.all());
+    // A knowledge graph's triples: named as such, with the command that makes a GNN's input.
+    let t = p(d.path(), "t.txt");
+    std::fs::write(&t, "a\tr\tb\nb\tr\tc\n").unwrap();
+    let th = p(d.path(), "t.h5");
+    let o = run(30, &["convert", "--triples", s(&t), "-o", s(&th)]);
+    assert_eq!(o.code, 0, "{}", o.all());
+    let o = mpirun(2, 60, &["train", "--graph", s(&th), "--model", "sage"]);
+    assert_ne!(o.code, 0);
+    assert!(
+        o.stderr.contains("knowledge-graph triple file") && o.stderr.contains("--features"),
+        "{}",
+        o.all()
+    );
 }
 
 /// The public Planetoid split, GraphSAGE-mean with 2 layers of 128, fan-out 25 and 10,

@@ -262,10 +262,18 @@ fn source<'a>(
     at: &Placement,
     norm: FeatureNorm,
 ) -> Result<(Box<dyn Source + 'a>, bool)> {
+    let triples = agree(
+        comm,
+        crate::graph::h5::open_h5(&at.graph).map(|f| f.dataset("rel").is_ok()),
+    )?;
     let missing = || {
         Error::bad_input(
             &at.graph,
-            "--model sage needs node features: convert the graph with --features (docs/formats.md)",
+            if triples {
+                "a knowledge-graph triple file (dataset 'rel'): GraphSAGE trains on a graph with node features (convert EDGES --features F --labels L --split S; the KG models are --model distmult|complex|transe|rotate)"
+            } else {
+                "--model sage needs node features: convert the graph with --features (docs/formats.md)"
+            },
         )
     };
     if at.strategy == Strategy::Replicated {
