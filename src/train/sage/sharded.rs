@@ -298,8 +298,10 @@ impl Sharded<'_> {
         for l in 0..sage.layers() {
             let (dout, last) = (sage.dims[l + 1], l + 1 == sage.layers());
             // A hidden layer's rows go straight into the window the next layer reads
-            // (collective); the last layer's, the scores, into `out`.
-            let mut next = (!last).then(|| self.comm.window(own * dout * 4));
+            // (collective), in the features' type (f16 features: f16 hidden rows, half the
+            // memory and bytes); the last layer's, the scores, into `out`.
+            let hb = dout * self.dtype.size();
+            let mut next = (!last).then(|| self.comm.window(own * hb));
             for (c, chunk) in nodes.chunks(INFER_CHUNK).enumerate() {
                 let g = &self.g;
                 let (blocks, input) = sample_blocks_by_hop(chunk, &[usize::MAX], |dst, _, c, p| {
@@ -322,7 +324,7 @@ impl Sharded<'_> {
                         comm: self.comm,
                         part: &self.g.part,
                         window: w,
-                        dtype: Dtype::F32,
+                        dtype: self.dtype,
                         width: sage.dims[l],
                     }
                     .read(&input, None, m, &mut rows),
@@ -331,9 +333,10 @@ impl Sharded<'_> {
                 match &mut next {
                     None => out.extend_from_slice(z),
                     Some(w) => w.with_local_mut(|bytes| {
-                        let at = c * INFER_CHUNK * dout * 4;
-                        for (b, x) in bytes[at..at + z.len() * 4].chunks_exact_mut(4).zip(z) {
-                            b.copy_from_slice(&x.to_le_bytes());
+                        let at = c * INFER_CHUNK * hb;
+                        let rows = bytes[at..at + z.len() / dout * hb].chunks_exact_mut(hb);
+                        for (b, x) in rows.zip(z.chunks_exact(dout)) {
+                            encode_row(self.dtype, x, b);
                         }
                     }),
                 }
