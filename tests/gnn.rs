@@ -402,3 +402,78 @@ fn eval_gnn_scores_every_split_as_training_did() {
         wrong.all()
     );
 }
+
+/// Features stored as f16 (a contextual SBM) stay f16 in the owners' windows, the cache of
+/// remote rows and the hidden rows of layer-wise inference: with every neighbour sampled, 1 rank
+/// and 3 ranks (in one process and under mpirun) print the same numbers, and the model learns
+/// the planted classes.
+#[test]
+fn sharded_sage_on_f16_features_is_the_same_at_any_rank_count() {
+    let d = tmp();
+    let g = p(d.path(), "csbm.h5");
+    let o = run(
+        60,
+        &[
+            "generate",
+            "sbm",
+            "--nodes",
+            "600",
+            "--blocks",
+            "3",
+            "--avg-degree",
+            "6",
+            "--features",
+            "16",
+            "--signal",
+            "0.5",
+            "--dtype",
+            "f16",
+            "--train-fraction",
+            "0.2",
+            "-o",
+            s(&g),
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.all());
+    let common = [
+        "--graph",
+        s(&g),
+        "--model",
+        "sage",
+        "--epochs",
+        "4",
+        "--fanout",
+        "1000,1000",
+        "--dropout",
+        "0",
+        "--threads",
+        "1",
+        "--cache-rows",
+        "50",
+    ];
+    let with = |extra: &[&str]| {
+        let mut a = common.to_vec();
+        a.extend_from_slice(extra);
+        let o = run(120, &a);
+        assert_eq!(o.code, 0, "{}", o.all());
+        o
+    };
+    let one = with(&[]);
+    let acc = printed_accuracy(&one);
+    assert!(
+        acc > 0.6,
+        "3 balanced classes: test accuracy {acc}\n{}",
+        one.all()
+    );
+    let one = trace(&one);
+    assert_eq!(
+        trace(&with(&["--ranks", "3"])),
+        one,
+        "3 ranks in one process"
+    );
+    let mut a = vec!["train"];
+    a.extend_from_slice(&common);
+    let o = mpirun(3, 120, &a);
+    assert_eq!(o.code, 0, "{}", o.all());
+    assert_eq!(trace(&o), one, "3 ranks under mpirun");
+}
