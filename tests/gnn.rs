@@ -275,6 +275,20 @@ fn trace(o: &Out) -> Vec<String> {
         .collect()
 }
 
+/// `train` with `common` and `extra` flags in one process (ranks by `--ranks`), which succeeds.
+fn succeeded(common: &[&str], extra: &[&str]) -> Out {
+    let o = run(300, &[common, extra].concat());
+    assert_eq!(o.code, 0, "{}", o.all());
+    o
+}
+
+/// `train` with `common` flags under mpirun at `ranks`, which succeeds.
+fn succeeded_under_mpirun(ranks: usize, common: &[&str]) -> Out {
+    let o = mpirun(ranks, 300, &[&["train"], common].concat());
+    assert_eq!(o.code, 0, "{}", o.all());
+    o
+}
+
 /// With every neighbour sampled (a fan-out above Cora's largest degree) and no dropout, a run
 /// is the same arithmetic at any rank count and in either strategy: the sharded strategy's
 /// owner-answered sampling and one-sided feature reads (through its cache) must hand every
@@ -297,13 +311,7 @@ fn sharded_and_replicated_sage_compute_what_one_rank_computes() {
         "--threads",
         "1",
     ];
-    let with = |extra: &[&str]| {
-        let mut a = common.to_vec();
-        a.extend_from_slice(extra);
-        let o = run(300, &a);
-        assert_eq!(o.code, 0, "{}", o.all());
-        o
-    };
+    let with = |extra: &[&str]| succeeded(&common, extra);
     let one = trace(&with(&[]));
     assert_eq!(one.len(), 4, "{one:?}");
     let sharded = with(&["--ranks", "4", "--cache-rows", "300"]);
@@ -319,10 +327,7 @@ fn sharded_and_replicated_sage_compute_what_one_rank_computes() {
         one,
         "4 ranks, replicated"
     );
-    let mut a = vec!["train"];
-    a.extend_from_slice(&common);
-    let o = mpirun(3, 300, &a);
-    assert_eq!(o.code, 0, "{}", o.all());
+    let o = succeeded_under_mpirun(3, &common);
     assert_eq!(trace(&o), one, "3 ranks under mpirun, sharded");
 }
 
@@ -451,13 +456,7 @@ fn sharded_sage_on_f16_features_is_the_same_at_any_rank_count() {
         "--cache-rows",
         "50",
     ];
-    let with = |extra: &[&str]| {
-        let mut a = common.to_vec();
-        a.extend_from_slice(extra);
-        let o = run(120, &a);
-        assert_eq!(o.code, 0, "{}", o.all());
-        o
-    };
+    let with = |extra: &[&str]| succeeded(&common, extra);
     let one = with(&[]);
     let acc = printed_accuracy(&one);
     assert!(
@@ -471,9 +470,6 @@ fn sharded_sage_on_f16_features_is_the_same_at_any_rank_count() {
         one,
         "3 ranks in one process"
     );
-    let mut a = vec!["train"];
-    a.extend_from_slice(&common);
-    let o = mpirun(3, 120, &a);
-    assert_eq!(o.code, 0, "{}", o.all());
+    let o = succeeded_under_mpirun(3, &common);
     assert_eq!(trace(&o), one, "3 ranks under mpirun");
 }

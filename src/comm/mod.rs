@@ -485,6 +485,40 @@ impl Window {
         }
     }
 
+    /// Read `remote[owner] = [(tag, row)]` one-sidedly (rows `row_bytes` long) and hand each
+    /// row's bytes to `take(tag, bytes)`, owner by owner in `remote`'s order. Returns the rows
+    /// read.
+    pub fn get_tagged(
+        &self,
+        watchdog: &Watchdog,
+        remote: &[Vec<(u32, u32)>],
+        row_bytes: usize,
+        request_batch: usize,
+        mut take: impl FnMut(u32, &[u8]),
+    ) -> usize {
+        let wanted: Vec<Vec<u32>> = remote
+            .iter()
+            .map(|v| v.iter().map(|&(_, r)| r).collect())
+            .collect();
+        let requests: Vec<(usize, &[u32])> = wanted
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(o, v)| (o, v.as_slice()))
+            .collect();
+        let count: usize = requests.iter().map(|(_, v)| v.len()).sum();
+        if count == 0 {
+            return 0;
+        }
+        let mut buf = vec![0u8; count * row_bytes];
+        self.get_rows(watchdog, &requests, row_bytes, request_batch, &mut buf);
+        let tags = requests.iter().flat_map(|(o, _)| remote[*o].iter());
+        for (&(tag, _), bytes) in tags.zip(buf.chunks_exact(row_bytes)) {
+            take(tag, bytes);
+        }
+        count
+    }
+
     /// Read rows `rows` (each `row_bytes` long, at `row * row_bytes`) of rank `owner` into `out`,
     /// `request_batch` rows per request. Returns when the data has arrived.
     pub fn get_rows(

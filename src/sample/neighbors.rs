@@ -40,6 +40,20 @@ pub fn sample_blocks(
     })
 }
 
+/// The block of `nodes` with every neighbour (layer-wise inference) and its input nodes;
+/// `nbrs(v, out)` appends v's neighbours to `out`.
+pub fn whole_block(nodes: &[u64], mut nbrs: impl FnMut(u64, &mut Vec<u64>)) -> (Block, Vec<u64>) {
+    let (mut blocks, input) =
+        sample_blocks_by_hop(nodes, &[usize::MAX], |dst, _, counts, picked| {
+            for &v in dst {
+                let before = picked.len();
+                nbrs(v, picked);
+                counts.push((picked.len() - before) as u32);
+            }
+        });
+    (blocks.pop().expect("one hop, one block"), input)
+}
+
 /// Up to `fanout` of `adj` drawn without replacement (all of them when there are fewer),
 /// appended to `out`.
 pub fn pick(adj: &[u64], fanout: usize, rng: &mut Rng, out: &mut Vec<u64>) {

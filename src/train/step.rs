@@ -14,42 +14,17 @@ pub(super) fn fetch_remote(
     remote: &[Vec<(u32, u32)>],
     rows: &mut [f32],
 ) -> usize {
-    let (rb, dim) = (shard.row_bytes(), shard.dim);
-    let wanted: Vec<Vec<u32>> = remote
-        .iter()
-        .map(|v| v.iter().map(|&(_, r)| r).collect())
-        .collect();
-    let requests: Vec<(usize, &[u32])> = wanted
-        .iter()
-        .enumerate()
-        .filter(|(_, v)| !v.is_empty())
-        .map(|(o, v)| (o, v.as_slice()))
-        .collect();
-    let count: usize = requests.iter().map(|(_, v)| v.len()).sum();
-    if count == 0 {
-        return 0;
-    }
-    let mut buf = vec![0u8; count * rb];
-    shard.window.get_rows(
+    let (rb, dim, dtype) = (shard.row_bytes(), shard.dim, shard.dtype);
+    shard.window.get_tagged(
         comm.watchdog(),
-        &requests,
+        remote,
         rb,
         cfg.request_batch_size,
-        &mut buf,
-    );
-    let mut i = 0;
-    for (o, _) in &requests {
-        for &(s, _) in &remote[*o] {
+        |s, bytes| {
             let s = s as usize;
-            decode_row(
-                shard.dtype,
-                &buf[i * rb..(i + 1) * rb],
-                &mut rows[s * dim..(s + 1) * dim],
-            );
-            i += 1;
-        }
-    }
-    count
+            decode_row(dtype, bytes, &mut rows[s * dim..(s + 1) * dim]);
+        },
+    )
 }
 
 impl<M: model::Model> Trainer<'_, M> {

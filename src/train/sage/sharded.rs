@@ -15,7 +15,7 @@ use crate::graph::csr::{self, LocalGraph};
 use crate::graph::nodedata;
 use crate::graph::partition::Scheme;
 use crate::model::sage::{Sage, Work};
-use crate::sample::neighbors::{pick, sample_blocks_by_hop, Block};
+use crate::sample::neighbors::{pick, sample_blocks_by_hop, whole_block, Block};
 use crate::sample::Rng;
 use crate::spmd::agree;
 use crate::stats::RankMetrics;
@@ -244,39 +244,19 @@ impl Rows<'_> {
                 }
             }
         });
-        let count: usize = remote.iter().map(Vec::len).sum();
-        if count == 0 {
-            return;
-        }
-        let wanted: Vec<Vec<u32>> = remote
-            .iter()
-            .map(|v| v.iter().map(|&(_, r)| r).collect())
-            .collect();
-        let requests: Vec<(usize, &[u32])> = wanted
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| !v.is_empty())
-            .map(|(o, v)| (o, v.as_slice()))
-            .collect();
-        let mut buf = vec![0u8; count * rb];
-        self.window
-            .get_rows(self.comm.watchdog(), &requests, rb, 4096, &mut buf);
-        m.cache_misses += count as u64;
-        m.fetch_bytes += (count * rb) as u64;
-        m.one_sided_bytes += (count * rb) as u64;
-        let mut k = 0;
-        for (o, _) in &requests {
-            for &(i, _) in &remote[*o] {
+        let count = self
+            .window
+            .get_tagged(self.comm.watchdog(), &remote, rb, 4096, |i, row| {
                 let i = i as usize;
-                let row = &buf[k * rb..(k + 1) * rb];
                 decode_row(dtype, row, &mut out[i * f..(i + 1) * f]);
-                k += 1;
                 if let Some(c) = cache.as_mut().filter(|c| c.slot_of.len() < c.capacity) {
                     c.slot_of.insert(input[i], c.slot_of.len() as u32);
                     c.rows.extend_from_slice(row);
                 }
-            }
-        }
+            });
+        m.cache_misses += count as u64;
+        m.fetch_bytes += (count * rb) as u64;
+        m.one_sided_bytes += (count * rb) as u64;
     }
 }
 
@@ -304,12 +284,8 @@ impl Sharded<'_> {
             let mut next = (!last).then(|| self.comm.window(own * hb));
             for (c, chunk) in nodes.chunks(INFER_CHUNK).enumerate() {
                 let g = &self.g;
-                let (blocks, input) = sample_blocks_by_hop(chunk, &[usize::MAX], |dst, _, c, p| {
-                    for &v in dst {
-                        let before = p.len();
-                        p.extend(g.neighbors(g.part.local_index(v)).iter());
-                        c.push((p.len() - before) as u32);
-                    }
+                let (block, input) = whole_block(chunk, |v, p| {
+                    p.extend(g.neighbors(g.part.local_index(v)).iter());
                 });
                 match &hidden {
                     None => Rows {
@@ -329,7 +305,7 @@ impl Sharded<'_> {
                     }
                     .read(&input, None, m, &mut rows),
                 }
-                let z = sage.layer_in(work, l, &blocks[0], &rows);
+                let z = sage.layer_in(work, l, &block, &rows);
                 match &mut next {
                     None => out.extend_from_slice(z),
                     Some(w) => w.with_local_mut(|bytes| {

@@ -8,7 +8,7 @@ use crate::comm::Comm;
 use crate::error::Result;
 use crate::graph::h5::EdgeFile;
 use crate::model::sage::{Sage, Work};
-use crate::sample::neighbors::{sample_blocks, sample_blocks_by_hop, Block};
+use crate::sample::neighbors::{sample_blocks, whole_block, Block};
 use crate::sample::Rng;
 use crate::stats::RankMetrics;
 
@@ -126,19 +126,13 @@ impl Source for Whole {
             let mut rows = Vec::new();
             let nodes: Vec<u64> = (0..n as u64).collect();
             for chunk in nodes.chunks(INFER_CHUNK) {
-                let (blocks, input) = sample_blocks_by_hop(chunk, &[usize::MAX], |dst, _, c, p| {
-                    for &v in dst {
-                        let before = p.len();
-                        self.nbrs(v, p);
-                        c.push((p.len() - before) as u32);
-                    }
-                });
+                let (block, input) = whole_block(chunk, |v, p| self.nbrs(v, p));
                 let x: &[f32] = if l == 0 { &self.x } else { &h };
                 rows.clear();
                 for &v in &input {
                     rows.extend_from_slice(&x[v as usize * din..(v as usize + 1) * din]);
                 }
-                out.extend_from_slice(sage.layer_in(work, l, &blocks[0], &rows));
+                out.extend_from_slice(sage.layer_in(work, l, &block, &rows));
             }
             std::mem::swap(&mut h, &mut out);
         }
