@@ -44,7 +44,7 @@ pub fn write_embeddings(
     // A graph relabelled by `graphscale reorder`: rows go back to their original ids.
     if let Some(ids) = agree(comm, original_ids(&cfg.graph, g))? {
         let window = write_rows_at(dim);
-        return write_original_order(comm, path, &cfg.graph, g, shard, &ids, window);
+        return write_original_order(comm, path, &cfg.graph, n, shard, &ids, window);
     }
     // Striped rows across ranks: each rank's rows are every p-th of every chunk, so strided
     // writes would rewrite every chunk p times (R-MAT 2^20, d 64: 6.4 s at 2 ranks, 8.3 s at 4,
@@ -53,7 +53,7 @@ pub fn write_embeddings(
         let ids: Vec<u64> = (0..g.num_local())
             .map(|i| g.part.global(g.rank, i))
             .collect();
-        return write_original_order(comm, path, &cfg.graph, g, shard, &ids, write_rows_at(dim));
+        return write_original_order(comm, path, &cfg.graph, n, shard, &ids, write_rows_at(dim));
     }
     for r in 0..comm.size() {
         let res = if r == comm.rank() {
@@ -137,24 +137,73 @@ fn original_ids(graph: &Path, g: &LocalGraph) -> Result<Option<Vec<u64>>> {
     Ok(Some(ids))
 }
 
+/// A reader of a rank's row `r` into an f32 buffer.
+pub type ReadRow<'a> = &'a dyn Fn(usize, &mut [f32]);
+
+/// Rows a rank writes, as f32: `with_rows` hands `f` a reader of the rank's rows.
+pub trait RowSource {
+    fn dim(&self) -> usize;
+    fn with_rows(&self, f: &mut dyn FnMut(ReadRow));
+}
+
+impl RowSource for Shard {
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn with_rows(&self, f: &mut dyn FnMut(ReadRow)) {
+        let rb = self.row_bytes();
+        self.window.with_local(|bytes| {
+            f(&|r, out| decode_row(self.dtype, &bytes[r * rb..(r + 1) * rb], out));
+        });
+    }
+}
+
+/// Rows held as one row-major f32 array of width `.1`.
+pub struct DenseRows<'a>(pub &'a [f32], pub usize);
+
+impl RowSource for DenseRows<'_> {
+    fn dim(&self) -> usize {
+        self.1
+    }
+
+    fn with_rows(&self, f: &mut dyn FnMut(ReadRow)) {
+        let (x, d) = (self.0, self.1);
+        f(&|r, out| out.copy_from_slice(&x[r * d..(r + 1) * d]));
+    }
+}
+
+/// Collective: rows given by global id (`ids[i]` is this rank's row i of `src`) into the
+/// `embeddings` dataset (`n` x `src.dim()`) of the file rank 0 created at `path`, each row at
+/// its id, window by window: no rank holds more than a window of other ranks' rows.
+pub fn write_by_id<S: RowSource + ?Sized>(
+    comm: &Comm,
+    path: &Path,
+    graph: &Path,
+    n: usize,
+    src: &S,
+    ids: &[u64],
+) -> Result<()> {
+    write_original_order(comm, path, graph, n, src, ids, write_rows_at(src.dim()))
+}
+
 /// Collective: write every row at its original id. Rank r writes original ids
 /// `r span..(r + 1) span` (`span` = nodes / ranks, rounded up) in windows of `window` rows
 /// (`write_rows_at(dim)`): in round k every rank sends the rows whose original ids fall in window k of each
 /// rank's range (its rows sorted by original id, so each is the next run of that list), and each
 /// rank writes its window once the ranks before it have written theirs. Memory stays at a
 /// window's rows per round, not a second copy of the shard.
-fn write_original_order(
+fn write_original_order<S: RowSource + ?Sized>(
     comm: &Comm,
     path: &Path,
     graph: &Path,
-    g: &LocalGraph,
-    shard: &Shard,
+    n: usize,
+    src: &S,
     ids: &[u64],
     window: usize,
 ) -> Result<()> {
-    let (n, ranks, dim) = (g.num_nodes() as usize, comm.size(), shard.dim);
+    let (ranks, dim) = (comm.size(), src.dim());
     let span = n.div_ceil(ranks).max(1);
-    let rb = shard.row_bytes();
     // This rank's rows by original id, and per destination rank a cursor into that order.
     let mut order: Vec<u32> = (0..ids.len() as u32).collect();
     order.sort_unstable_by_key(|&r| ids[r as usize]);
@@ -167,7 +216,7 @@ fn write_original_order(
     let rec = 8 + 4 * dim;
     for k in 0..span.div_ceil(window) {
         let mut send = vec![Vec::new(); ranks];
-        shard.window.with_local(|bytes| {
+        src.with_rows(&mut |read| {
             for (d, b) in send.iter_mut().enumerate() {
                 let end = (d * span + (k + 1) * window).min((d + 1) * span);
                 while let Some(&r) = order.get(cursor[d]) {
@@ -176,7 +225,7 @@ fn write_original_order(
                         break;
                     }
                     let r = r as usize;
-                    decode_row(shard.dtype, &bytes[r * rb..(r + 1) * rb], &mut row);
+                    read(r, &mut row);
                     b.extend_from_slice(&o.to_le_bytes());
                     for x in &row {
                         b.extend_from_slice(&x.to_le_bytes());
@@ -245,7 +294,13 @@ fn write_block(path: &Path, first: usize, a: &Array2<f32>) -> Result<()> {
     crate::graph::h5::flush(&f, path)
 }
 
-fn create(path: &Path, n: usize, dim: usize, cfg: &TrainConfig, ranks: usize) -> Result<()> {
+pub(crate) fn create(
+    path: &Path,
+    n: usize,
+    dim: usize,
+    cfg: &TrainConfig,
+    ranks: usize,
+) -> Result<()> {
     let f = hdf5::File::create(path).map_err(|e| Error::hdf5(path, "create output", e))?;
     let err = |what: &'static str| move |e| Error::hdf5(path, what, e);
     f.new_dataset::<f32>()
@@ -400,7 +455,8 @@ mod tests {
                 }
             });
             let ids: Vec<u64> = (0..rows).map(|r| original(global(r))).collect();
-            write_original_order(&c, &path, &path, &g, &shard, &ids, 5).unwrap();
+            write_original_order(&c, &path, &path, g.num_nodes() as usize, &shard, &ids, 5)
+                .unwrap();
         });
         let (rows, got_dim, data) = read_embeddings(&path).unwrap();
         assert_eq!((rows, got_dim), (n as usize, dim));

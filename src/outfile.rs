@@ -135,6 +135,35 @@ pub fn write_with<T>(path: &Path, write: impl FnOnce(&Path) -> Result<T>) -> Res
     }
 }
 
+/// Collective: an output every rank writes into: `write` (every rank) gets the partial path,
+/// then `last` (rank 0 alone) completes it, and rank 0 renames it over `path` once every rank
+/// has agreed that both succeeded; on failure the partial file goes and the error says the old
+/// file (if any) is intact.
+pub fn write_collective(
+    comm: &crate::comm::Comm,
+    path: &Path,
+    write: impl FnOnce(&Path) -> Result<()>,
+    last: impl FnOnce(&Path) -> Result<()>,
+) -> Result<()> {
+    use crate::spmd::agree;
+    let tmp = partial(path);
+    let root = comm.rank() == 0;
+    let written = write(&tmp).and_then(|()| {
+        let done = if root {
+            last(&tmp).and_then(|()| commit(path))
+        } else {
+            Ok(())
+        };
+        agree(comm, done)
+    });
+    written.map_err(|e| {
+        if root {
+            discard(path);
+        }
+        failed(path, e)
+    })
+}
+
 /// A command's one output `-o PATH`: `check` it against `inputs`, then `write_with`.
 pub fn write_output<T>(
     path: &Path,

@@ -69,6 +69,9 @@ pub struct RankMetrics {
     pub loss_sum: f64,
     pub loss_terms: u64,
     pub train_seconds: f64,
+    /// Of `train_seconds`, the evaluations between epochs (GraphSAGE's validation).
+    #[serde(default)]
+    pub eval_seconds: f64,
     /// CPU seconds of the rank's main thread (sampling, planning, communication, including
     /// MPI's busy waiting) and of the whole process, from start to the end of training.
     #[serde(default)]
@@ -355,17 +358,21 @@ pub fn summary_table(all: &[RankMetrics]) -> String {
         .map(|m| m.comm_bytes_sent + m.one_sided_bytes)
         .sum();
     if all[0].model == "sage" {
+        let steps = all
+            .iter()
+            .map(|m| m.train_seconds - m.eval_seconds)
+            .fold(0.0, f64::max);
         let (hits, misses) = (
             all.iter().map(|m| m.cache_hits).sum::<u64>(),
             all.iter().map(|m| m.cache_misses).sum::<u64>(),
         );
         s.push_str(&format!(
-            "training seeds {pairs} in {train:.2} s (validation included): {:.0} seeds/s; the \
-             steps' input rows {local} own, {hits} from the feature cache, {misses} read from \
+            "training seeds {pairs} in {train:.2} s, {steps:.2} s of it in steps (the rest \
+             validation): {:.0} seeds/s; the steps' input rows {local} own, {hits} from the feature cache, {misses} read from \
              their owners ({}); peak RSS per rank {}\n\
              moved between ranks {} ({:.1} B per training seed; the training steps' \
              collectives sent plus one-sided reads)\n",
-            pairs as f64 / train.max(1e-9),
+            pairs as f64 / steps.max(1e-9),
             human_bytes(fetch),
             human_bytes(rss),
             human_bytes(moved),

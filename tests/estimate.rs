@@ -152,3 +152,100 @@ fn plan_takes_the_walk_step_of_the_hub() {
     assert!(text(&[]).contains("give --max-degree"));
     assert!(!text(&hub).contains("give --max-degree"));
 }
+
+/// GraphSAGE's printed estimate (`train --model sage`, issue 34) against the peak RSS of the run,
+/// within 15% on contextual SBMs of 2^16 and 2^18 nodes with f32 and f16 features (one rank:
+/// its feature and hidden rows in windows, the cache unused, the output written by id).
+#[test]
+fn the_sage_estimate_is_within_15_percent_of_peak_rss() {
+    let d = tmp();
+    for (nodes, dtype) in [
+        ("65536", "f32"),
+        ("65536", "f16"),
+        ("262144", "f32"),
+        ("262144", "f16"),
+    ] {
+        let g = p(d.path(), &format!("sbm{nodes}{dtype}.h5"));
+        let o = run(
+            120,
+            &[
+                "generate",
+                "sbm",
+                "--nodes",
+                nodes,
+                "--blocks",
+                "8",
+                "--features",
+                "64",
+                "--dtype",
+                dtype,
+                "--signal",
+                "0.5",
+                "-o",
+                s(&g),
+            ],
+        );
+        assert_eq!(o.code, 0, "{}", o.all());
+        let (out, m) = (p(d.path(), "sage.h5"), p(d.path(), "m.jsonl"));
+        let _ = std::fs::remove_file(&m);
+        let o = mpirun(
+            1,
+            300,
+            &[
+                "--graph",
+                s(&g),
+                "--model",
+                "sage",
+                "--epochs",
+                "2",
+                "--threads",
+                "1",
+                "-o",
+                s(&out),
+                "--metrics",
+                s(&m),
+            ],
+        );
+        assert_eq!(o.code, 0, "{nodes} {dtype}: {}", o.all());
+        assert!(
+            o.stderr.contains("graphscale: memory per rank"),
+            "{}",
+            o.stderr
+        );
+        let last = metrics(&m)
+            .into_iter()
+            .rev()
+            .find(|v| v["memory_estimate_bytes"].as_u64().is_some_and(|e| e > 0))
+            .expect("a record with the estimate");
+        let est = last["memory_estimate_bytes"].as_u64().unwrap() as f64;
+        let peak = last["peak_rss_bytes"].as_u64().expect("peak_rss_bytes") as f64;
+        let ratio = est / peak;
+        eprintln!("sage {nodes} {dtype}: estimate / peak RSS {ratio:.3}");
+        assert!(
+            (0.85..=1.15).contains(&ratio),
+            "{nodes} nodes, {dtype}: estimate {est} against peak RSS {peak}: {ratio:.3}"
+        );
+        // Below the estimate, every rank refuses before training, naming the flag.
+        let limit = format!("{}", (est / 2.0) as u64);
+        let o = mpirun(
+            2,
+            120,
+            &[
+                "--graph",
+                s(&g),
+                "--model",
+                "sage",
+                "--threads",
+                "1",
+                "--max-memory",
+                &limit,
+            ],
+        );
+        assert_ne!(o.code, 0, "{}", o.all());
+        assert!(
+            o.stderr.contains("exceeds --max-memory") && !o.stderr.contains("epoch   1"),
+            "{}",
+            o.all()
+        );
+    }
+}

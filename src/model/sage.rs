@@ -256,8 +256,11 @@ impl Sage {
             let gcn = self.aggregator == Aggregator::Gcn;
             let dz = &w.dz;
             let p = &self.params[at..];
-            zeroed(&mut w.dh, b.num_src * din);
-            zeroed(&mut w.dm, b.num_dst * din);
+            // The first layer's input gradient is needed only for learnable input rows.
+            if l > 0 || gx.is_some() {
+                zeroed(&mut w.dh, b.num_src * din);
+                zeroed(&mut w.dm, b.num_dst * din);
+            }
             if gcn {
                 // dW += M^T dZ, db += sum dZ; dM = dZ W^T.
                 let (gw, gb) = g.split_at_mut(din * dout);

@@ -432,22 +432,13 @@ fn write_output<M: model::Model>(
     tr: &Trainer<'_, M>,
     out: &std::path::Path,
 ) -> Result<()> {
-    let tmp = crate::outfile::partial(out);
-    let written = crate::embeddings::write_embeddings(comm, &tmp, g, &tr.shards[VERTEX], cfg)
-        .and_then(|()| {
-            let extra = if comm.rank() == 0 {
-                crate::embeddings::write_names(&tmp, &cfg.graph, cfg.model.is_kg())
-                    .and_then(|()| tr.model.write_output(&tmp))
-                    .and_then(|()| crate::outfile::commit(out))
-            } else {
-                Ok(())
-            };
-            agree(comm, extra)
-        });
-    written.map_err(|e| {
-        if comm.rank() == 0 {
-            crate::outfile::discard(out);
-        }
-        crate::outfile::failed(out, e)
-    })
+    crate::outfile::write_collective(
+        comm,
+        out,
+        |tmp| crate::embeddings::write_embeddings(comm, tmp, g, &tr.shards[VERTEX], cfg),
+        |tmp| {
+            crate::embeddings::write_names(tmp, &cfg.graph, cfg.model.is_kg())
+                .and_then(|()| tr.model.write_output(tmp))
+        },
+    )
 }

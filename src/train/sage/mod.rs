@@ -22,6 +22,7 @@ use rand::SeedableRng;
 use crate::comm::{Comm, ReduceOp};
 use crate::config::{FeatureNorm, SageSettings, Strategy, TrainConfig};
 use crate::error::{Error, Result};
+use crate::estimate::{SageHeld, SageShape};
 use crate::graph::nodedata::{self, TEST, TRAIN, VALID};
 use crate::model::sage::{Adam, Aggregator, Batch, Sage, Work};
 use crate::sample::neighbors::Block;
@@ -57,8 +58,22 @@ trait Source {
     /// Collective: the class scores of this rank's share of the nodes with every neighbour,
     /// layer by layer over the whole graph: the nodes and their scores (`classes` each).
     fn infer(&mut self, sage: &Sage, work: &mut Work, m: &mut RankMetrics) -> (Vec<u64>, Vec<f32>);
-    /// Bytes of feature rows this rank holds (its own and its cache's when full, or all of them).
-    fn feature_bytes(&self) -> u64;
+    /// What this rank holds, for its memory estimate.
+    fn held(&self) -> SageHeld;
+}
+
+/// Input rows of the largest chunk of layer-wise inference over `nodes` (a chunk's nodes and
+/// their neighbours), with `degree` a node's.
+fn largest_chunk(nodes: usize, degree: impl Fn(usize) -> u64) -> u64 {
+    (0..nodes)
+        .step_by(INFER_CHUNK)
+        .map(|a| {
+            (a..(a + INFER_CHUNK).min(nodes))
+                .map(|v| degree(v) + 1)
+                .sum()
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// Scale every row of `x` (`cols` wide) to sum 1 (rows summing to 0 stay).
@@ -318,7 +333,7 @@ fn announce(
         "every rank holds its nodes' adjacency and feature rows"
     };
     eprintln!(
-        "graphscale: GraphSAGE-{:?} {dims:?}, fan-out {:?}, {} train / {} valid / {} test nodes, {} seeds per step{} over {} ranks; {strategy}: {held} ({} x {} features{}; {} of feature rows on rank 0)",
+        "graphscale: GraphSAGE-{} {dims:?}, fan-out {:?}, {} train / {} valid / {} test nodes, {} seeds per step{} over {} ranks; {strategy}: {held} ({} x {} features{}; {} of feature rows on rank 0)",
         format!("{:?}", s.aggregator).to_lowercase(),
         s.fanout,
         train,
@@ -338,13 +353,60 @@ fn announce(
         } else {
             ""
         },
-        crate::stats::human_bytes(src.feature_bytes())
+        crate::stats::human_bytes(src.held().features + src.held().cache)
     );
+}
+
+/// Collective: this rank's memory estimate (`estimate::sage_estimate`), its maximum over the
+/// ranks held to `--max-memory` and printed by rank 0 with rank 0's parts.
+fn memory(
+    comm: &Comm,
+    cfg: &TrainConfig,
+    process: u64,
+    src: &dyn Source,
+    dims: &[usize],
+    l: &Labelled,
+) -> Result<u64> {
+    let s = cfg.sage.as_ref().expect("sage settings");
+    let shape = SageShape {
+        dims,
+        fanout: &s.fanout,
+        // A rank's share of a step's seeds, with room for an unlucky step.
+        seeds: cfg.batch_size.div_ceil(comm.size()) as u64 * 5 / 4 + 1,
+        nodes: l.split.len() as u64,
+        train: l.split.iter().filter(|&&c| c == TRAIN).count() as u64,
+    };
+    let h = src.held();
+    let est = crate::estimate::sage_estimate(process, &h, &shape);
+    let most = comm.all_reduce_u64(&[est.total], ReduceOp::Max)[0];
+    if let Some(limit) = cfg.max_memory.filter(|&l| most > l) {
+        return Err(Error::config(format!(
+            "the memory estimate {} per rank exceeds --max-memory {}; use more ranks or nodes, --dtype f16 features (convert --dtype f16), a smaller --hidden or --cache-rows",
+            crate::stats::human_bytes(most),
+            crate::stats::human_bytes(limit)
+        )));
+    }
+    if comm.rank() == 0 {
+        eprintln!(
+            "graphscale: memory per rank {} at most (rank 0: adjacency {}, feature rows {}, cache {}, labels and split {}, a step {}, layer-wise inference and the output {}, the process before loading {})",
+            crate::stats::human_bytes(most),
+            crate::stats::human_bytes(h.adjacency),
+            crate::stats::human_bytes(h.features),
+            crate::stats::human_bytes(h.cache),
+            crate::stats::human_bytes(est.labels),
+            crate::stats::human_bytes(est.step),
+            crate::stats::human_bytes(est.inference),
+            crate::stats::human_bytes(process),
+        );
+    }
+    Ok(est.total)
 }
 
 /// Collective: train GraphSAGE on `cfg.graph` and write the output.
 pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     let s: &SageSettings = cfg.sage.as_ref().expect("--model sage has its settings");
+    // What the process holds before it reads anything: the base of the memory estimate.
+    let process = crate::stats::peak_rss_bytes();
     let t = Timer::start();
     // Features first: without them nothing else matters (the error names the flag).
     let (mut src, normalized) = source(comm, &Placement::of(cfg), s.feature_norm)?;
@@ -389,6 +451,7 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     if comm.rank() == 0 {
         announce((cfg, comm.size()), &dims, &l, src.as_ref(), normalized);
     }
+    m.memory_estimate_bytes = memory(comm, cfg, process, src.as_ref(), &dims, &l)?;
     let t = Timer::start();
     let (mut best, mut best_params, mut since) = (-1f64, sage.params.clone(), 0u32);
     let mut order = train.clone();
@@ -407,8 +470,10 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     for epoch in 0..cfg.epochs {
         order.shuffle(&mut shared);
         let (loss, right) = ep.epoch(&mut sage, src.as_mut(), &order);
+        let te = Timer::start();
         let scored = Scored::new(comm, &sage, src.as_mut(), &mut ep.b.work);
         let v = scored.accuracy(comm, &l, VALID);
+        ep.m.eval_seconds += te.secs();
         eval_sent += scored.sent;
         if comm.rank() == 0 {
             eprintln!(
@@ -451,95 +516,59 @@ fn finish(
     l: &Labelled,
     (mut m, scored): (RankMetrics, Scored),
 ) -> Result<Outcome> {
+    if let Some(out) = &cfg.output {
+        write(comm, cfg, sage, &scored, l.split.len(), out)?;
+    }
     m.peak_rss_bytes = crate::stats::peak_rss_bytes();
-    let gathered = gather_scores(
-        comm,
-        &scored.nodes,
-        &scored.scores,
-        l.split.len(),
-        *sage.dims.last().expect("layers"),
-    );
-    let written = match gathered {
-        Some(scores) => write(cfg, sage, scores),
-        None => Ok(()),
-    };
-    agree(comm, written)?;
     super::job::gather_metrics(comm, cfg, &m)
 }
 
-/// Collective: every rank's scores of its nodes `mine` (`classes` each) to rank 0, which returns
-/// them in node order (`None` elsewhere).
-fn gather_scores(
+/// Collective: the output, through its partial file: `weights` (flat, as `model::sage` lays
+/// them out) with the widths, the effective configuration, every node's class scores as
+/// `embeddings` (each rank's written at their ids, window by window: no rank gathers them)
+/// and the graph's node names.
+fn write(
     comm: &Comm,
-    mine: &[u64],
-    s: &[f32],
+    cfg: &TrainConfig,
+    sage: &Sage,
+    scored: &Scored,
     nodes: usize,
-    classes: usize,
-) -> Option<Vec<f32>> {
-    let mut send = vec![Vec::new(); comm.size()];
-    let mut b = Vec::with_capacity(mine.len() * (8 + 4 * classes));
-    for (i, &v) in mine.iter().enumerate() {
-        b.extend_from_slice(&v.to_le_bytes());
-        for x in &s[i * classes..(i + 1) * classes] {
-            b.extend_from_slice(&x.to_le_bytes());
-        }
-    }
-    send[0] = b;
-    let recv = comm.all_to_all_v(send);
-    if comm.rank() != 0 {
-        return None;
-    }
-    let mut out = vec![0f32; nodes * classes];
-    for bytes in &recv {
-        for rec in bytes.chunks_exact(8 + 4 * classes) {
-            let v = u64::from_le_bytes(rec[..8].try_into().expect("8 bytes")) as usize;
-            for (o, c) in out[v * classes..(v + 1) * classes]
-                .iter_mut()
-                .zip(rec[8..].chunks_exact(4))
-            {
-                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            }
-        }
-    }
-    Some(out)
+    out: &Path,
+) -> Result<()> {
+    let classes = *sage.dims.last().expect("layers");
+    let rows = crate::embeddings::DenseRows(&scored.scores, classes);
+    crate::outfile::write_collective(
+        comm,
+        out,
+        |tmp| {
+            let created = if comm.rank() == 0 {
+                crate::embeddings::create(tmp, nodes, classes, cfg, comm.size())
+                    .and_then(|()| write_weights(tmp, sage))
+            } else {
+                Ok(())
+            };
+            agree(comm, created)?;
+            crate::embeddings::write_by_id(comm, tmp, &cfg.graph, nodes, &rows, &scored.nodes)
+        },
+        |tmp| crate::embeddings::write_names(tmp, &cfg.graph, false),
+    )
 }
 
-/// The output: `weights` (flat, as `model::sage` lays them out) with the widths, the effective
-/// configuration, and every node's class scores as `embeddings`.
-fn write(cfg: &TrainConfig, sage: &Sage, scores: Vec<f32>) -> Result<()> {
-    let Some(out) = &cfg.output else {
-        return Ok(());
-    };
-    let classes = *sage.dims.last().expect("layers");
-    crate::outfile::write_with(out, |tmp| {
-        let f = hdf5::File::create(tmp).map_err(|e| Error::hdf5(tmp, "create output", e))?;
-        let err = |what: &'static str| move |e| Error::hdf5(tmp, what, e);
-        f.new_dataset_builder()
-            .with_data(&sage.params)
-            .create("weights")
-            .map_err(err("write weights"))?;
-        let dims: Vec<u64> = sage.dims.iter().map(|&x| x as u64).collect();
-        f.new_attr::<u64>()
-            .shape(dims.len())
-            .create("dims")
-            .and_then(|a| a.write(&dims))
-            .map_err(err("attribute dims"))?;
-        let a = ndarray::Array2::from_shape_vec((scores.len() / classes, classes), scores)
-            .expect("nodes x classes");
-        f.new_dataset_builder()
-            .with_data(&a)
-            .create("embeddings")
-            .map_err(err("write embeddings"))?;
-        let text = |name: &str, v: &str| -> hdf5::Result<()> {
-            let v: hdf5::types::VarLenUnicode = v.parse().expect("no NUL in attribute text");
-            f.new_attr::<hdf5::types::VarLenUnicode>()
-                .create(name)?
-                .write_scalar(&v)
-        };
-        text("config", &cfg.to_json()).map_err(err("attribute config"))?;
-        text("model", "sage").map_err(err("attribute model"))?;
-        crate::graph::h5::flush(&f, tmp)
-    })
+/// `weights` and their widths `dims` into the output rank 0 created.
+fn write_weights(path: &Path, sage: &Sage) -> Result<()> {
+    let f = hdf5::File::open_rw(path).map_err(|e| Error::hdf5(path, "open output", e))?;
+    let err = |what: &'static str| move |e| Error::hdf5(path, what, e);
+    f.new_dataset_builder()
+        .with_data(&sage.params)
+        .create("weights")
+        .map_err(err("write weights"))?;
+    let dims: Vec<u64> = sage.dims.iter().map(|&x| x as u64).collect();
+    f.new_attr::<u64>()
+        .shape(dims.len())
+        .create("dims")
+        .and_then(|a| a.write(&dims))
+        .map_err(err("attribute dims"))?;
+    crate::graph::h5::flush(&f, path)
 }
 
 /// One split's scores in `eval gnn` (single-label: micro-F1 is the accuracy).

@@ -11,6 +11,7 @@ use rustc_hash::FxHashMap;
 use crate::comm::{decode_u64, encode_u64, Comm, ReduceOp, Window};
 use crate::config::{Dtype, FeatureNorm};
 use crate::error::Result;
+use crate::estimate::SageHeld;
 use crate::graph::csr::{self, LocalGraph};
 use crate::graph::nodedata;
 use crate::graph::partition::Scheme;
@@ -117,9 +118,10 @@ impl<'a> Sharded<'a> {
             cols,
             dtype,
             window,
+            // Reserved whole: pages are touched as rows arrive, and growth never copies.
             cache: FeatureCache {
-                slot_of: FxHashMap::default(),
-                rows: Vec::new(),
+                slot_of: FxHashMap::with_capacity_and_hasher(capacity, Default::default()),
+                rows: Vec::with_capacity(capacity * rb),
                 capacity,
             },
             adj: Vec::new(),
@@ -282,6 +284,9 @@ impl Sharded<'_> {
             // memory and bytes); the last layer's, the scores, into `out`.
             let hb = dout * self.dtype.size();
             let mut next = (!last).then(|| self.comm.window(own * hb));
+            if last {
+                out.reserve_exact(own * dout);
+            }
             for (c, chunk) in nodes.chunks(INFER_CHUNK).enumerate() {
                 let g = &self.g;
                 let (block, input) = whole_block(chunk, |v, p| {
@@ -370,7 +375,29 @@ impl Source for Sharded<'_> {
         self.layerwise(sage, work, m)
     }
 
-    fn feature_bytes(&self) -> u64 {
-        ((self.g.num_local() + self.cache.capacity) * self.cols * self.dtype.size()) as u64
+    fn held(&self) -> SageHeld {
+        let (own, rb) = (
+            self.g.num_local() as u64,
+            (self.cols * self.dtype.size()) as u64,
+        );
+        let g = &self.g;
+        SageHeld {
+            adjacency: g.bytes(),
+            features: own * rb,
+            // The rows and their index (a hash entry of 16 bytes, at most half the buckets
+            // empty).
+            cache: self.cache.capacity as u64 * (rb + 32),
+            layer_rows: own,
+            scored: own,
+            hidden_value: self.dtype.size() as u64,
+            chunk_inputs: super::largest_chunk(g.num_local(), |l| g.degree(l) as u64),
+            mean_degree: g.local_entries() as f64 / g.num_local().max(1) as f64,
+            // A round of the load (the edges read and exchanged) or of reading feature rows
+            // (HDF5's rows, their f32 copy and the scaled copy).
+            load_transient: (80 * csr::LOAD_CHUNK_EDGES.min(g.file_edges)).max(
+                READ_ROWS.min(g.num_local()) as u64 * rb / self.dtype.size() as u64
+                    * (self.dtype.size() as u64 + 8),
+            ),
+        }
     }
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use crate::comm::Comm;
 use crate::error::Result;
+use crate::estimate::SageHeld;
 use crate::graph::h5::EdgeFile;
 use crate::model::sage::{Sage, Work};
 use crate::sample::neighbors::{sample_blocks, whole_block, Block};
@@ -122,6 +123,7 @@ impl Source for Whole {
         let mut out = Vec::new();
         for l in 0..sage.layers() {
             out.clear();
+            out.reserve_exact(n * sage.dims[l + 1]);
             let din = sage.dims[l];
             let mut rows = Vec::new();
             let nodes: Vec<u64> = (0..n as u64).collect();
@@ -145,7 +147,20 @@ impl Source for Whole {
         (mine, scores)
     }
 
-    fn feature_bytes(&self) -> u64 {
-        (self.x.len() * 4) as u64
+    fn held(&self) -> SageHeld {
+        let n = self.offsets.len() - 1;
+        SageHeld {
+            adjacency: 8 * (self.offsets.len() + self.targets.len()) as u64,
+            features: 4 * self.x.len() as u64,
+            cache: 0,
+            layer_rows: n as u64,
+            scored: n.div_ceil(self.ranks) as u64,
+            hidden_value: 4,
+            chunk_inputs: super::largest_chunk(n, |v| self.offsets[v + 1] - self.offsets[v]),
+            mean_degree: self.targets.len() as f64 / n.max(1) as f64,
+            // The edges read (24 bytes each, half the entries of an undirected graph) and the
+            // fill cursors.
+            load_transient: 12 * self.targets.len() as u64 + 8 * n as u64,
+        }
     }
 }
