@@ -19,6 +19,8 @@
 #                                     simulated nodes over shared memory and forced TCP, DeepWalk and
 #                                     LINE: cost on R-MAT 2^20, quality on a planted-partition graph;
 #                                     ends in `graphscale report` (bench/results/scaling/)
+#   bench/run_benchmarks.sh sage      GraphSAGE: graphscale (2 ranks) against DGL (2 threads) on Cora
+#                                     and a contextual SBM of 2^20 nodes, 128 features (issue 34)
 #   bench/run_benchmarks.sh outofcache  DeepWalk out of cache: R-MAT 2^22 relabelled by degree (1 walk
 #                                     x 40) against BlogCatalog (40 walks x 40), d 64, window 5, 1 rank
 #                                     x 2 threads, with --shared-negatives in SHARES (default "1 2"),
@@ -342,6 +344,72 @@ for f in sorted(glob.glob(os.path.join(k, "*_test.json"))):
                  "commit": open(os.path.join(k, name + ".commit")).read().strip() if os.path.exists(os.path.join(k, name + ".commit")) else None}
     t = res[name]["test"]
     print(f"{name:12s} MRR {t['mrr']:.4f}  H@1 {t['hits@1']:.4f}  H@10 {t['hits@10']:.4f}  train {train:.0f} s  {triples / train / 1e3:.1f}k triples/s  {res[name]['bytes_per_triple']:.0f} B/triple")
+json.dump(res, open(out, "w"), indent=1)
+PYEOF
+fi
+
+# GraphSAGE side by side with DGL (issue 34): the same model, fan-out, step, optimizer and
+# epochs on the same 2 cores: graphscale as 2 ranks x 1 thread (mpirun -n 2, sharded), DGL 2.1
+# (its C++ neighbour sampler; bench/sage_dgl.py) with torch.set_num_threads(2). Cora's public
+# split (100 epochs, the defaults) and a contextual SBM of 2^SAGE_SCALE nodes (default 20) with
+# 128 features (signal 0.5, mix 0.3; SAGE_EPOCHS, default 2). RUNS alternated rounds (default
+# 3, seed = round), medians. Seeds/s count the training steps alone (not the per-epoch
+# validation). DGL's venv (SAGE_VENV, default target/bench/dglenv) is made when missing.
+if [[ "$what" == sage ]]; then
+  S="$WORK/sage"; mkdir -p "$S"
+  VENV="${SAGE_VENV:-$WORK/dglenv}"
+  if [[ ! -x "$VENV/bin/python" ]]; then
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install -q "numpy<2" torch==2.2.1 dgl==2.1.0 torchdata==0.7.1 pyyaml pydantic h5py
+  fi
+  "$BIN" convert "$DATA/cora/edges.tsv" --features "$DATA/cora/features.tsv" --labels "$DATA/cora/labels.tsv" \
+    --split "$DATA/cora/split.tsv" -o "$S/cora.h5" > /dev/null
+  sc="${SAGE_SCALE:-20}"
+  [[ -f "$S/csbm$sc.h5" ]] || "$BIN" generate sbm --nodes $((1 << sc)) --blocks 8 --features 128 --signal 0.5 \
+    --mix 0.3 -o "$S/csbm$sc.h5" > /dev/null
+  rounds="${RUNS:-3}"
+  for r in $(seq 1 "$rounds"); do
+    for g in cora "csbm$sc"; do
+      if [[ $g == cora ]]; then ep=100; else ep="${SAGE_EPOCHS:-2}"; fi
+      gs() {
+        timeout 7200 mpirun --oversubscribe -n 2 "$BIN" --graph "$S/$g.h5" --model sage --epochs "$ep" --threads 1 \
+          --seed "$r" --metrics "$S/gs_${g}_$r.jsonl" 2> "$S/gs_${g}_$r.log"
+      }
+      dgl() {
+        timeout 7200 "$VENV/bin/python" bench/sage_dgl.py --graph "$S/$g.h5" --epochs "$ep" --threads 2 --seed "$r" \
+          2> "$S/dgl_${g}_$r.log" | tail -1 > "$S/dgl_${g}_$r.json"
+      }
+      echo "== round $r, $g"
+      rm -f "$S/gs_${g}_$r.jsonl"
+      if (( r % 2 )); then dgl; gs; else gs; dgl; fi
+    done
+  done
+  python3 - "$S" "$OUT/sage_vs_dgl.json" "$rounds" "$sc" <<'PYEOF'
+import json, os, re, statistics, sys
+s, out, rounds, sc = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+res = {"rounds": rounds, "graphs": {}}
+for g in ["cora", "csbm" + sc]:
+    gs, dgl = [], []
+    for r in range(1, rounds + 1):
+        ms = [json.loads(l) for l in open(os.path.join(s, f"gs_{g}_{r}.jsonl"))]
+        steps = max(m["train_seconds"] - m.get("eval_seconds", 0.0) for m in ms)
+        seeds = sum(m["pairs"] for m in ms)
+        log = open(os.path.join(s, f"gs_{g}_{r}.log")).read()
+        acc = float(re.search(r"test accuracy ([0-9.]+)", log).group(1))
+        gs.append({"seeds_per_s": seeds / steps, "steps_seconds": steps, "test_accuracy": acc,
+                   "peak_rss_bytes_max": max(m["peak_rss_bytes"] for m in ms)})
+        dgl.append(json.load(open(os.path.join(s, f"dgl_{g}_{r}.json"))))
+    med = lambda xs, k: statistics.median(x[k] for x in xs)
+    e = {"graphscale": gs, "dgl": dgl,
+         "median": {"graphscale_seeds_per_s": med(gs, "seeds_per_s"), "dgl_seeds_per_s": med(dgl, "seeds_per_s"),
+                    "graphscale_test_accuracy": med(gs, "test_accuracy"), "dgl_test_accuracy": med(dgl, "test_accuracy")},
+         "ratio_per_round": [a["seeds_per_s"] / b["seeds_per_s"] for a, b in zip(gs, dgl)]}
+    e["median"]["ratio"] = statistics.median(e["ratio_per_round"])
+    res["graphs"][g] = e
+    m = e["median"]
+    print(f"{g}: graphscale {m['graphscale_seeds_per_s']:.0f} seeds/s, test {m['graphscale_test_accuracy']:.3f}; "
+          f"DGL {m['dgl_seeds_per_s']:.0f} seeds/s, test {m['dgl_test_accuracy']:.3f}; ratio {m['ratio']:.2f}x "
+          f"(rounds: " + ", ".join(f"{x:.2f}" for x in e["ratio_per_round"]) + ")")
 json.dump(res, open(out, "w"), indent=1)
 PYEOF
 fi

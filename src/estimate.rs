@@ -186,7 +186,8 @@ pub fn sage_estimate(process: u64, h: &SageHeld, s: &SageShape) -> SageEstimate 
     let write = 3 * window * (4 * classes + 8);
     // The hidden rows go before the output is written.
     let inference = scores + (hidden + chunk).max(write);
-    let train = labels + h.cache + step + work + inference;
+    // The best epoch's scores stay while the next epochs train and score.
+    let train = labels + h.cache + step + work + scores + inference;
     let total =
         process + h.adjacency + h.features + (17 * s.nodes).max(h.load_transient).max(train);
     SageEstimate {

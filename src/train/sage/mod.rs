@@ -454,6 +454,9 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     m.memory_estimate_bytes = memory(comm, cfg, process, src.as_ref(), &dims, &l)?;
     let t = Timer::start();
     let (mut best, mut best_params, mut since) = (-1f64, sage.params.clone(), 0u32);
+    // The best validation epoch's scores of every node: the output's and the test's (layer-wise
+    // inference is deterministic: scoring its parameters again would give the same).
+    let mut best_scored = None;
     let mut order = train.clone();
     let mut eval_sent = 0;
     let mut ep = Epochs {
@@ -486,6 +489,7 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         if v > best {
             (best, since) = (v, 0);
             best_params.clone_from(&sage.params);
+            best_scored = Some(scored);
         } else {
             since += 1;
             if cfg.kg.patience.is_some_and(|p| since >= p) {
@@ -500,7 +504,10 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     m.comm_bytes_sent = traffic.sent.load(Relaxed) - eval_sent;
     m.comm_bytes_received = traffic.received.load(Relaxed);
     sage.params = best_params;
-    let scored = Scored::new(comm, &sage, src.as_mut(), &mut b.work);
+    let scored = match best_scored {
+        Some(s) => s,
+        None => Scored::new(comm, &sage, src.as_mut(), &mut b.work),
+    };
     let acc = scored.accuracy(comm, &l, TEST);
     if comm.rank() == 0 {
         eprintln!("graphscale: test accuracy {acc:.4} (the best validation epoch's parameters: valid accuracy {best:.4})");
