@@ -493,6 +493,8 @@ struct Progress {
     drawn: bool,
     start: Instant,
     last: Instant,
+    /// What `RankMetrics::pairs` counts (pairs, triples or GraphSAGE's seeds).
+    unit: &'static str,
 }
 
 impl Progress {
@@ -504,6 +506,15 @@ impl Progress {
             drawn: false,
             start: Instant::now(),
             last: Instant::now(),
+            unit: "pairs",
+        }
+    }
+
+    /// GraphSAGE's: its steps count seeds.
+    fn sage(on: bool) -> Self {
+        Progress {
+            unit: "seeds",
+            ..Progress::new(on)
         }
     }
 
@@ -522,9 +533,10 @@ impl Progress {
             "?".into()
         };
         let text = format!(
-            "{:5.1}% of the run  step {}  rank-0 pairs/s {:.0}  loss {:.4}  lr {:.5}  elapsed {}  left ~{eta}",
+            "{:5.1}% of the run  step {}  rank-0 {}/s {:.0}  loss {:.4}  lr {:.5}  elapsed {}  left ~{eta}",
             100.0 * frac,
             m.steps,
+            self.unit,
             m.pairs as f64 / secs,
             m.loss_sum / m.loss_terms.max(1) as f64,
             lr,

@@ -189,6 +189,9 @@ struct Epochs<'a> {
     grads: Vec<f32>,
     b: Bufs,
     m: RankMetrics,
+    /// Rank 0's progress line, and the epoch under way of how many.
+    progress: super::Progress,
+    epoch: (u32, u32),
 }
 
 /// A step's input rows and the model's buffers, kept across steps and evaluations (no
@@ -205,7 +208,7 @@ impl Epochs<'_> {
     fn epoch(&mut self, sage: &mut Sage, src: &mut dyn Source, order: &[u64]) -> (f64, f64) {
         let (comm, l, s) = (self.comm, self.l, self.s);
         let (mut loss, mut right) = (0f64, 0f64);
-        for step in order.chunks(self.batch) {
+        for (k, step) in order.chunks(self.batch).enumerate() {
             let mine = src.mine(step);
             self.grads.iter_mut().for_each(|g| *g = 0.0);
             let ts = Timer::start();
@@ -247,6 +250,12 @@ impl Epochs<'_> {
             (loss, right) = (loss + sums[0], right + sums[1]);
             self.m.steps += 1;
             self.m.pairs += mine.len() as u64;
+            // This rank's loss per seed, for the progress line.
+            self.m.loss_sum += lo;
+            self.m.loss_terms += mine.len() as u64;
+            let seen = (k * self.batch + step.len()) as f64 / order.len().max(1) as f64;
+            let done = (self.epoch.0 as f64 + seen) / self.epoch.1.max(1) as f64;
+            self.progress.tick(done, &self.m, self.adam.lr);
         }
         (loss, right)
     }
@@ -469,8 +478,11 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         grads,
         b: Bufs::default(),
         m,
+        progress: super::Progress::sage(comm.rank() == 0),
+        epoch: (0, cfg.epochs),
     };
     for epoch in 0..cfg.epochs {
+        ep.epoch.0 = epoch;
         order.shuffle(&mut shared);
         let (loss, right) = ep.epoch(&mut sage, src.as_mut(), &order);
         let te = Timer::start();
