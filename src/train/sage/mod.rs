@@ -390,9 +390,14 @@ fn memory(
     let most = comm.all_reduce_u64(&[est.total], ReduceOp::Max)[0];
     if let Some(limit) = cfg.max_memory.filter(|&l| most > l) {
         return Err(Error::config(format!(
-            "the memory estimate {} per rank exceeds --max-memory {}; use more ranks or nodes, --dtype f16 features (convert --dtype f16), a smaller --hidden or --cache-rows",
+            "the memory estimate {} per rank exceeds --max-memory {}; {}",
             crate::stats::human_bytes(most),
-            crate::stats::human_bytes(limit)
+            crate::stats::human_bytes(limit),
+            if cfg.strategy == Strategy::Replicated {
+                "--strategy replicated holds the whole graph and every feature row on every rank: use --strategy sharded (the default)"
+            } else {
+                "use more ranks or nodes, f16 features (convert or generate with --dtype f16), a smaller --hidden or --cache-rows"
+            }
         )));
     }
     if comm.rank() == 0 {
