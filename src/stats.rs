@@ -72,6 +72,9 @@ pub struct RankMetrics {
     /// Of `train_seconds`, the evaluations between epochs (GraphSAGE's validation).
     #[serde(default)]
     pub eval_seconds: f64,
+    /// GraphSAGE: the validation accuracy after each epoch (every rank holds the same).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub valid_accuracy: Vec<f64>,
     /// CPU seconds of the rank's main thread (sampling, planning, communication, including
     /// MPI's busy waiting) and of the whole process, from start to the end of training.
     #[serde(default)]

@@ -97,7 +97,7 @@ fn printed_accuracy(o: &Out) -> f64 {
 fn train_model_sage_on_cora_with_the_defaults() {
     let d = tmp();
     let g = cora(d.path());
-    let out = p(d.path(), "sage.h5");
+    let (out, m) = (p(d.path(), "sage.h5"), p(d.path(), "m.jsonl"));
     let one = run(300, &["--graph", s(&g), "--model", "sage", "-o", s(&out)]);
     assert_eq!(one.code, 0, "{}", one.all());
     let acc = printed_accuracy(&one);
@@ -140,10 +140,34 @@ fn train_model_sage_on_cora_with_the_defaults() {
             "30",
             "-o",
             s(&out),
+            "--metrics",
+            s(&m),
         ],
     );
     assert_eq!(o.code, 0, "{}", o.all());
     assert!(printed_accuracy(&o) >= 0.7, "{}", o.all());
+    // Every rank's record holds the 30 epochs' validation accuracies, the best of them the one
+    // the test accuracy line names.
+    let ms = metrics(&m);
+    let ranks: Vec<_> = ms
+        .iter()
+        .filter(|v| v["valid_accuracy"].is_array())
+        .collect();
+    assert_eq!(ranks.len(), 2, "{ms:?}");
+    let v: Vec<f64> = ranks[0]["valid_accuracy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(v.len(), 30);
+    assert_eq!(ranks[1]["valid_accuracy"], ranks[0]["valid_accuracy"]);
+    let best = v.iter().copied().fold(0.0, f64::max);
+    assert!(
+        o.stderr.contains(&format!("valid accuracy {best:.4}")),
+        "best {best}: {}",
+        o.stderr
+    );
 }
 
 /// What `--model sage` refuses: a graph without node data (naming the flag that adds it),

@@ -494,6 +494,7 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         let scored = Scored::new(comm, &sage, src.as_mut(), &mut ep.b.work);
         let v = scored.accuracy(comm, &l, VALID);
         ep.m.eval_seconds += te.secs();
+        ep.m.valid_accuracy.push(v);
         eval_sent += scored.sent;
         if comm.rank() == 0 {
             eprintln!(
