@@ -376,7 +376,8 @@ pub struct ConvertCmd {
     #[arg(long, conflicts_with = "string_ids")]
     pub keep_isolated: bool,
     /// Node features, `node<TAB>column<TAB>value` per nonzero, grouped by node in increasing
-    /// order (dataset `features`, nodes x columns; docs/formats.md)
+    /// order, or a dense float32/float64 `.npy` with one row per node (dataset `features`,
+    /// nodes x columns; docs/formats.md)
     #[arg(long, conflicts_with = "triples")]
     pub features: Option<PathBuf>,
     /// Storage type of `features`

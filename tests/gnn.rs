@@ -497,3 +497,69 @@ fn sharded_sage_on_f16_features_is_the_same_at_any_rank_count() {
     let o = succeeded_under_mpirun(3, &common);
     assert_eq!(trace(&o), one, "3 ranks under mpirun");
 }
+
+/// Dense features from a `.npy` (float32 or float64, row i = node i) convert to the same
+/// `features` as the sparse text; a wrong row count, a non-finite value and an integer array are
+/// refused naming the file (and the row and column), with nothing written.
+#[test]
+fn npy_features_convert_as_the_sparse_text_does() {
+    let d = tmp();
+    let g = cora(d.path());
+    let (cols, x) = nodedata::read(&g).unwrap().features.unwrap();
+    let a = ndarray::Array2::from_shape_vec((x.len() / cols, cols), x.clone()).unwrap();
+    let convert = |npy: &std::path::Path, out: &str| {
+        let out = p(d.path(), out);
+        let o = run(
+            120,
+            &[
+                "convert",
+                &format!("{CORA}/edges.tsv"),
+                "--features",
+                s(npy),
+                "-o",
+                s(&out),
+            ],
+        );
+        (o, out)
+    };
+    let f32_npy = p(d.path(), "x32.npy");
+    ndarray_npy::write_npy(&f32_npy, &a).unwrap();
+    let f64_npy = p(d.path(), "x64.npy");
+    ndarray_npy::write_npy(&f64_npy, &a.mapv(f64::from)).unwrap();
+    for npy in [&f32_npy, &f64_npy] {
+        let (o, out) = convert(npy, "n.h5");
+        assert_eq!(o.code, 0, "{}", o.all());
+        assert!(
+            o.stdout
+                .contains("1433 columns, 49216 nonzeros on 2708 nodes"),
+            "{}",
+            o.stdout
+        );
+        assert_eq!(
+            nodedata::read(&out).unwrap().features.unwrap(),
+            (cols, x.clone())
+        );
+    }
+    let short = p(d.path(), "short.npy");
+    ndarray_npy::write_npy(&short, &a.slice(ndarray::s![..100, ..]).to_owned()).unwrap();
+    let mut nan = a.clone();
+    nan[[5, 7]] = f32::NAN;
+    let nan_npy = p(d.path(), "nan.npy");
+    ndarray_npy::write_npy(&nan_npy, &nan).unwrap();
+    let ints = p(d.path(), "ints.npy");
+    ndarray_npy::write_npy(&ints, &a.mapv(|v| v as i32)).unwrap();
+    for (npy, says) in [
+        (&short, "100 rows of 1433 columns: the graph has 2708 nodes"),
+        (&nan_npy, "row 5 column 7 is not a finite number"),
+        (&ints, "float32 or float64"),
+    ] {
+        let (o, out) = convert(npy, "bad.h5");
+        assert_ne!(o.code, 0, "{}", o.all());
+        assert!(
+            o.stderr.contains(s(npy)) && o.stderr.contains(says),
+            "{}",
+            o.stderr
+        );
+        assert!(!out.exists());
+    }
+}

@@ -296,6 +296,84 @@ pub fn add_features(
     })
 }
 
+/// Write `features` from a dense `.npy` file (2-D, float32 or float64, row i = node i), read
+/// through a memory map a block of rows at a time.
+pub fn add_npy_features(
+    file: &hdf5::File,
+    path: &Path,
+    input: &Path,
+    ids: &NodeIds,
+    dtype: FeatureDtype,
+) -> Result<Features> {
+    use ndarray_npy::{ViewNpyError, ViewNpyExt};
+    let f = std::fs::File::open(input).map_err(|e| Error::io(input, e))?;
+    // SAFETY: the map is read-only and dropped before this function returns; the file is an
+    // input the user gave, not modified by graphscale (a concurrent truncation by another
+    // process would fault, as for any reader of a memory map).
+    let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| Error::io(input, e))?;
+    let bad = |e: ViewNpyError| {
+        Error::bad_input(
+            input,
+            format!("not a 2-D .npy of float32 or float64 rows in this machine's byte order ({e}); numpy: np.save(path, x.astype(np.float32))"),
+        )
+    };
+    match ndarray::ArrayView2::<f32>::view_npy(&map) {
+        Ok(a) => dense_rows(file, path, input, ids, dtype, a),
+        Err(ViewNpyError::WrongDescriptor(_)) => {
+            let a = ndarray::ArrayView2::<f64>::view_npy(&map).map_err(bad)?;
+            dense_rows(file, path, input, ids, dtype, a)
+        }
+        Err(e) => Err(bad(e)),
+    }
+}
+
+/// Rows of `a` (one per node, any layout) as `features`, checked finite.
+fn dense_rows<T: Copy + Into<f64>>(
+    file: &hdf5::File,
+    path: &Path,
+    input: &Path,
+    ids: &NodeIds,
+    dtype: FeatureDtype,
+    a: ndarray::ArrayView2<T>,
+) -> Result<Features> {
+    let (rows, cols) = a.dim();
+    if rows as u64 != ids.num_nodes || cols == 0 {
+        return Err(Error::bad_input(
+            input,
+            format!(
+                "{rows} rows of {cols} columns: the graph has {} nodes, and row i holds node i's features (one row per node, at least one column)",
+                ids.num_nodes
+            ),
+        ));
+    }
+    // One pass: rows converted, counted and checked as they are written (a bad value fails
+    // the convert, whose partial output is then removed).
+    let (mut nonzeros, mut nodes, mut bad) = (0u64, 0u64, None);
+    write_dense_features(file, path, cols, dtype, |v, out| {
+        let before = nonzeros;
+        for (c, (o, &x)) in out.iter_mut().zip(a.row(v)).enumerate() {
+            let x = x.into();
+            if !x.is_finite() && bad.is_none() {
+                bad = Some((v, c));
+            }
+            nonzeros += u64::from(x != 0.0);
+            *o = x as f32;
+        }
+        nodes += u64::from(nonzeros > before);
+    })?;
+    if let Some((r, c)) = bad {
+        return Err(Error::bad_input(
+            input,
+            format!("row {r} column {c} is not a finite number"),
+        ));
+    }
+    Ok(Features {
+        columns: cols as u64,
+        nonzeros,
+        nodes,
+    })
+}
+
 /// Write dense `features` (`rows` of `cols`, node order) into the graph file.
 pub fn write_dense_features(
     file: &hdf5::File,
@@ -507,7 +585,12 @@ pub fn add(path: &Path, inputs: &Inputs) -> Result<Added> {
     let ids = NodeIds::of(&file, path)?;
     let mut out = Added::default();
     if let Some(x) = inputs.features {
-        out.features = Some(add_features(&file, path, x, &ids, inputs.dtype)?);
+        let add = if x.extension().is_some_and(|e| e == "npy") {
+            add_npy_features
+        } else {
+            add_features
+        };
+        out.features = Some(add(&file, path, x, &ids, inputs.dtype)?);
     }
     if let Some(l) = inputs.labels {
         let labels = read_labels(l, &ids)?;
