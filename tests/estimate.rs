@@ -7,6 +7,18 @@ mod common;
 
 use common::*;
 
+/// The printed estimate and the peak RSS of a run's metrics (the last record holding both).
+fn estimate_and_peak(m: &std::path::Path) -> (f64, f64) {
+    let last = metrics(m)
+        .into_iter()
+        .rev()
+        .find(|v| v["memory_estimate_bytes"].as_u64().is_some_and(|e| e > 0))
+        .expect("a record with the estimate");
+    let est = last["memory_estimate_bytes"].as_u64().unwrap() as f64;
+    let peak = last["peak_rss_bytes"].as_u64().expect("peak_rss_bytes") as f64;
+    (est, peak)
+}
+
 #[test]
 fn the_printed_estimate_is_within_15_percent_of_peak_rss_at_three_sizes() {
     let d = tmp();
@@ -62,13 +74,7 @@ fn the_printed_estimate_is_within_15_percent_of_peak_rss_at_three_sizes() {
             "scale {scale}: {}",
             o.stderr
         );
-        let last = metrics(&m)
-            .into_iter()
-            .rev()
-            .find(|v| v["memory_estimate_bytes"].as_u64().is_some_and(|e| e > 0))
-            .expect("a record with the estimate");
-        let est = last["memory_estimate_bytes"].as_u64().unwrap() as f64;
-        let peak = last["peak_rss_bytes"].as_u64().expect("peak_rss_bytes") as f64;
+        let (est, peak) = estimate_and_peak(&m);
         let ratio = est / peak;
         assert!(
             (0.85..=1.15).contains(&ratio),
@@ -212,13 +218,7 @@ fn the_sage_estimate_is_within_15_percent_of_peak_rss() {
             "{}",
             o.stderr
         );
-        let last = metrics(&m)
-            .into_iter()
-            .rev()
-            .find(|v| v["memory_estimate_bytes"].as_u64().is_some_and(|e| e > 0))
-            .expect("a record with the estimate");
-        let est = last["memory_estimate_bytes"].as_u64().unwrap() as f64;
-        let peak = last["peak_rss_bytes"].as_u64().expect("peak_rss_bytes") as f64;
+        let (est, peak) = estimate_and_peak(&m);
         let ratio = est / peak;
         eprintln!("sage {nodes} {dtype}: estimate / peak RSS {ratio:.3}");
         assert!(
