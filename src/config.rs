@@ -270,6 +270,32 @@ pub struct SageSettings {
     pub weight_decay: f32,
     pub feature_norm: FeatureNorm,
     pub aggregator: crate::model::sage::Aggregator,
+    /// What a node's input row is (`--input`).
+    pub input: SageInput,
+    /// The learnable rows' width (`--dim`; with `--input learned|both`).
+    pub learned_dim: usize,
+}
+
+/// A GraphSAGE node's input row (`--input`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum SageInput {
+    /// Its feature row.
+    Features,
+    /// A learnable row of `--dim` values, sharded by owner as the walk models' rows are.
+    Learned,
+    /// Its feature row and a learnable row, side by side.
+    Both,
+}
+
+impl SageInput {
+    pub fn features(self) -> bool {
+        self != SageInput::Learned
+    }
+
+    pub fn learned(self) -> bool {
+        self != SageInput::Features
+    }
 }
 
 /// GraphSAGE's feature scaling (`--feature-norm`).
@@ -305,8 +331,16 @@ impl SageSettings {
             weight_decay: r.weight_decay.unwrap_or(5e-4),
             feature_norm: r.feature_norm.unwrap_or(FeatureNorm::Auto),
             aggregator: r.aggregator.unwrap_or(crate::model::sage::Aggregator::Mean),
+            input: r.input.unwrap_or(SageInput::Features),
+            learned_dim: r.dim.unwrap_or(128),
         };
         let mut errs = Vec::new();
+        if r.dim.is_some() && !s.input.learned() {
+            errs.push("--dim sets the width of GraphSAGE's learnable input rows: give it with --input learned or both");
+        }
+        if s.input.learned() && !(1..=65536).contains(&s.learned_dim) {
+            errs.push("--dim must be 1 to 65536");
+        }
         if !(1..=65536).contains(&s.hidden) {
             errs.push("--hidden must be 1 to 65536");
         }
@@ -559,6 +593,7 @@ fn refuse_other_models_flags(r: &RawTrain, model: Model) -> Result<()> {
         (r.weight_decay.is_some(), "--weight-decay", sage),
         (r.feature_norm.is_some(), "--feature-norm", sage),
         (r.aggregator.is_some(), "--aggregator", sage),
+        (r.input.is_some(), "--input", sage),
     ]
     .into_iter()
     .filter(|&(given, _, applies)| given && !applies)
@@ -570,7 +605,7 @@ fn refuse_other_models_flags(r: &RawTrain, model: Model) -> Result<()> {
                 unused.join(", "),
                 if unused.len() == 1 { "does" } else { "do" },
                 format!("{model:?}").to_lowercase(),
-                "--walks-per-node, --walk-length, --window and --kernel are the walk models' (deepwalk, node2vec), --order and --line-samples LINE's, --hidden, --fanout, --dropout, --weight-decay, --feature-norm and --aggregator GraphSAGE's",
+                "--walks-per-node, --walk-length, --window and --kernel are the walk models' (deepwalk, node2vec), --order and --line-samples LINE's, --hidden, --fanout, --dropout, --weight-decay, --feature-norm, --aggregator and --input GraphSAGE's",
                 if unused.len() == 1 { "it" } else { "them" }
             )));
     }

@@ -44,7 +44,8 @@ pub fn write_embeddings(
     // A graph relabelled by `graphscale reorder`: rows go back to their original ids.
     if let Some(ids) = agree(comm, original_ids(&cfg.graph, g))? {
         let window = write_rows_at(dim);
-        return write_original_order(comm, path, &cfg.graph, n, shard, &ids, window);
+        let at = (path, "embeddings");
+        return write_original_order(comm, at, &cfg.graph, n, shard, &ids, window);
     }
     // Striped rows across ranks: each rank's rows are every p-th of every chunk, so strided
     // writes would rewrite every chunk p times (R-MAT 2^20, d 64: 6.4 s at 2 ranks, 8.3 s at 4,
@@ -53,7 +54,8 @@ pub fn write_embeddings(
         let ids: Vec<u64> = (0..g.num_local())
             .map(|i| g.part.global(g.rank, i))
             .collect();
-        return write_original_order(comm, path, &cfg.graph, n, shard, &ids, write_rows_at(dim));
+        let at = (path, "embeddings");
+        return write_original_order(comm, at, &cfg.graph, n, shard, &ids, write_rows_at(dim));
     }
     for r in 0..comm.size() {
         let res = if r == comm.rank() {
@@ -174,17 +176,29 @@ impl RowSource for DenseRows<'_> {
 }
 
 /// Collective: rows given by global id (`ids[i]` is this rank's row i of `src`) into the
-/// `embeddings` dataset (`n` x `src.dim()`) of the file rank 0 created at `path`, each row at
-/// its id, window by window: no rank holds more than a window of other ranks' rows.
+/// dataset `at.1` (`n` x `src.dim()`, f32) of the file rank 0 created at `at.0`, each row at its
+/// id, window by window: no rank holds more than a window of other ranks' rows.
 pub fn write_by_id<S: RowSource + ?Sized>(
     comm: &Comm,
-    path: &Path,
+    at: (&Path, &str),
     graph: &Path,
     n: usize,
     src: &S,
     ids: &[u64],
 ) -> Result<()> {
-    write_original_order(comm, path, graph, n, src, ids, write_rows_at(src.dim()))
+    write_original_order(comm, at, graph, n, src, ids, write_rows_at(src.dim()))
+}
+
+/// A dataset `name` of `n` x `dim` f32 rows in the file at `path`, chunked as the writes of
+/// [`write_by_id`] are.
+pub(crate) fn create_rows(path: &Path, name: &str, n: usize, dim: usize) -> Result<()> {
+    let f = hdf5::File::open_rw(path).map_err(|e| Error::hdf5(path, "open output", e))?;
+    f.new_dataset::<f32>()
+        .chunk((write_rows_at(dim).min(n).max(1), dim.max(1)))
+        .shape((n, dim))
+        .create(name)
+        .map_err(|e| Error::hdf5(path, format!("create dataset {name}"), e))?;
+    crate::graph::h5::flush(&f, path)
 }
 
 /// Collective: write every row at its original id. Rank r writes original ids
@@ -195,7 +209,7 @@ pub fn write_by_id<S: RowSource + ?Sized>(
 /// window's rows per round, not a second copy of the shard.
 fn write_original_order<S: RowSource + ?Sized>(
     comm: &Comm,
-    path: &Path,
+    (path, dataset): (&Path, &str),
     graph: &Path,
     n: usize,
     src: &S,
@@ -267,7 +281,7 @@ fn write_original_order<S: RowSource + ?Sized>(
             let done = if r == comm.rank() {
                 std::mem::replace(&mut res, Ok(())).and_then(|()| {
                     if rows > 0 {
-                        write_block(path, lo, &a)
+                        write_block((path, dataset), lo, &a)
                     } else {
                         Ok(())
                     }
@@ -281,16 +295,16 @@ fn write_original_order<S: RowSource + ?Sized>(
     Ok(())
 }
 
-fn write_block(path: &Path, first: usize, a: &Array2<f32>) -> Result<()> {
+fn write_block((path, name): (&Path, &str), first: usize, a: &Array2<f32>) -> Result<()> {
     if a.nrows() == 0 {
         return Ok(());
     }
     let f = hdf5::File::open_rw(path).map_err(|e| Error::hdf5(path, "open output", e))?;
     let ds = f
-        .dataset("embeddings")
-        .map_err(|e| Error::hdf5(path, "open embeddings", e))?;
+        .dataset(name)
+        .map_err(|e| Error::hdf5(path, format!("open {name}"), e))?;
     ds.write_slice(a, s![first..first + a.nrows(), ..])
-        .map_err(|e| Error::hdf5(path, "write embeddings", e))?;
+        .map_err(|e| Error::hdf5(path, format!("write {name}"), e))?;
     crate::graph::h5::flush(&f, path)
 }
 
@@ -455,8 +469,8 @@ mod tests {
                 }
             });
             let ids: Vec<u64> = (0..rows).map(|r| original(global(r))).collect();
-            write_original_order(&c, &path, &path, g.num_nodes() as usize, &shard, &ids, 5)
-                .unwrap();
+            let at = (path.as_path(), "embeddings");
+            write_original_order(&c, at, &path, g.num_nodes() as usize, &shard, &ids, 5).unwrap();
         });
         let (rows, got_dim, data) = read_embeddings(&path).unwrap();
         assert_eq!((rows, got_dim), (n as usize, dim));

@@ -100,6 +100,10 @@ pub struct SageHeld {
     /// Bytes of the largest transient of the load besides what stays (reading the edges or the
     /// feature rows).
     pub load_transient: u64,
+    /// Bytes of learnable input rows and their Adam state (`--input learned|both`), and their
+    /// width (0 without).
+    pub learned: u64,
+    pub learned_width: u64,
 }
 
 /// A GraphSAGE rank's memory estimate by component (what `train --model sage` prints, records
@@ -154,8 +158,15 @@ pub fn sage_estimate(process: u64, h: &SageHeld, s: &SageShape) -> SageEstimate 
         |l: usize| hop[layers - 1 - l],
         |l: usize| hop[layers - l],
     );
-    // The blocks (ids, offsets and neighbour indices) and the input rows.
-    let step = hop[layers] * (4 * cols + 8) + hop.iter().sum::<u64>() * 16;
+    // The blocks (ids, offsets and neighbour indices) and the input rows; with learnable rows
+    // their gradients, the rows read and the push's records sent and received.
+    let step = hop[layers] * (4 * cols + 8)
+        + hop.iter().sum::<u64>() * 16
+        + if h.learned_width > 0 {
+            hop[layers] * (4 * cols + 4 * h.learned_width + 2 * (8 + 4 * h.learned_width))
+        } else {
+            0
+        };
     // Per layer the neighbours' means, the output and its gate; the backward's gradients of
     // the largest layer above the first.
     let saved: u64 = (0..layers)
@@ -188,8 +199,11 @@ pub fn sage_estimate(process: u64, h: &SageHeld, s: &SageShape) -> SageEstimate 
     let inference = scores + (hidden + chunk).max(write);
     // The best epoch's scores stay while the next epochs train and score.
     let train = labels + h.cache + step + work + scores + inference;
-    let total =
-        process + h.adjacency + h.features + (17 * s.nodes).max(h.load_transient).max(train);
+    let total = process
+        + h.adjacency
+        + h.features
+        + h.learned
+        + (17 * s.nodes).max(h.load_transient).max(train);
     SageEstimate {
         total,
         labels,

@@ -179,7 +179,19 @@ fn sage_refuses_what_cannot_work() {
     let (g, _) = sbm(d.path(), 200, 2);
     let o = run(60, &["--graph", s(&g), "--model", "sage"]);
     assert_ne!(o.code, 0);
-    assert!(o.stderr.contains("--features"), "{}", o.all());
+    assert!(
+        o.stderr.contains("--features") && o.stderr.contains("--input learned"),
+        "{}",
+        o.all()
+    );
+    // --dim is the learnable rows' width: meaningless with the features alone.
+    let o = run(60, &["--graph", s(&g), "--model", "sage", "--dim", "16"]);
+    assert_ne!(o.code, 0);
+    assert!(
+        o.stderr.contains("--dim") && o.stderr.contains("--input learned or both"),
+        "{}",
+        o.all()
+    );
     let o = run(
         60,
         &["--graph", s(&g), "--model", "deepwalk", "--fanout", "5,5"],
@@ -562,4 +574,131 @@ fn npy_features_convert_as_the_sparse_text_does() {
         );
         assert!(!out.exists());
     }
+}
+
+/// Learnable input rows (`--input both`: the features with a row of `--dim` values after them)
+/// are sharded by owner, read one-sidedly and updated by their owners with the summed gradients
+/// of every rank: with every neighbour sampled and no dropout a run is the same arithmetic at any
+/// rank count and in either strategy. The output holds the rows (`input_rows`, the best
+/// validation epoch's, as the weights are), and `eval gnn` scores the model with them as
+/// training did, under mpirun too.
+#[test]
+fn learned_input_rows_train_the_same_at_any_rank_count() {
+    let d = tmp();
+    let g = cora(d.path());
+    let common = [
+        "--graph",
+        s(&g),
+        "--model",
+        "sage",
+        "--input",
+        "both",
+        "--dim",
+        "16",
+        "--epochs",
+        "3",
+        "--fanout",
+        "1000,1000",
+        "--dropout",
+        "0",
+        "--threads",
+        "1",
+    ];
+    let out = p(d.path(), "one.h5");
+    let first = succeeded(&common, &["-o", s(&out)]);
+    let one = trace(&first);
+    assert_eq!(one.len(), 4, "{one:?}");
+    assert!(
+        first.stderr.contains("learnable rows and their Adam state"),
+        "{}",
+        first.all()
+    );
+    let with = |extra: &[&str]| trace(&succeeded(&common, extra));
+    assert_eq!(with(&["--ranks", "4"]), one, "4 ranks, sharded");
+    assert_eq!(
+        with(&["--ranks", "4", "--strategy", "replicated"]),
+        one,
+        "4 ranks, replicated"
+    );
+    let four = p(d.path(), "four.h5");
+    let o = succeeded_under_mpirun(3, &[&common[..], &["-o", s(&four)]].concat());
+    assert_eq!(trace(&o), one, "3 ranks under mpirun, sharded");
+    let f = hdf5::File::open(&four).unwrap();
+    let rows = f.dataset("input_rows").unwrap();
+    assert_eq!(rows.shape(), vec![2708, 16]);
+    let x: Vec<f32> = rows.read_raw().unwrap();
+    // Every node's row written (none left at the dataset's zero fill), and trained: no longer
+    // inside the initial range sqrt(3 / 16).
+    assert!(x.chunks(16).all(|r| r.iter().any(|&v| v != 0.0)));
+    assert!(x.iter().any(|v| v.abs() > 0.45), "rows not trained");
+    let printed = printed_accuracy(&first);
+    for (ranks, model) in [(1, &out), (2, &four)] {
+        let e = mpirun(
+            ranks,
+            120,
+            &[
+                "eval",
+                "gnn",
+                "--model",
+                s(model),
+                "--graph",
+                s(&g),
+                "--json",
+            ],
+        );
+        assert_eq!(e.code, 0, "{}", e.all());
+        let v: serde_json::Value = serde_json::from_str(e.stdout.trim()).expect("JSON");
+        let test = v["test"]["accuracy"].as_f64().unwrap();
+        assert!(
+            (test - printed).abs() < 1e-4,
+            "eval at {ranks} ranks: {test} against train's {printed}"
+        );
+    }
+}
+
+/// Learnable rows alone (`--input learned`) learn a graph's classes from its edges: a planted
+/// partition of 4 blocks (its features are left unread), 20% of the nodes labelled; random rows
+/// that were never trained would carry nothing of the blocks to the unlabelled nodes. Under
+/// mpirun at 3 ranks (rows on their owners, pushed to them) as at 1.
+#[test]
+fn learned_input_rows_alone_learn_the_classes_from_the_edges() {
+    let d = tmp();
+    let g = p(d.path(), "sbm.h5");
+    let o = run(
+        60,
+        &[
+            "generate",
+            "sbm",
+            "--nodes",
+            "2000",
+            "--blocks",
+            "4",
+            "--features",
+            "4",
+            "--seed",
+            "3",
+            "--train-fraction",
+            "0.2",
+            "-o",
+            s(&g),
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.all());
+    let common = [
+        "--graph",
+        s(&g),
+        "--model",
+        "sage",
+        "--input",
+        "learned",
+        "--dim",
+        "16",
+        "--epochs",
+        "30",
+    ];
+    let one = succeeded(&common, &["--threads", "2"]);
+    assert!(one.stderr.contains("[16, 128, 4]"), "{}", one.all());
+    assert!(printed_accuracy(&one) > 0.9, "{}", one.all());
+    let three = succeeded_under_mpirun(3, &[&common[..], &["--threads", "1"]].concat());
+    assert!(printed_accuracy(&three) > 0.9, "{}", three.all());
 }

@@ -235,6 +235,11 @@ pub struct RawTrain {
     /// matrix)
     #[arg(long, value_enum)]
     pub aggregator: Option<crate::model::sage::Aggregator>,
+    /// GraphSAGE: a node's input row: its features (default), a learnable row of --dim values
+    /// (learned: sharded by owner, read one-sidedly, its gradients pushed to the owner, which
+    /// applies sparse Adam), or both side by side
+    #[arg(long, value_enum)]
+    pub input: Option<crate::config::SageInput>,
     /// Test hook: make one rank fail, `rank=R,step=S,kind=panic|exit|hang|kill`.
     #[arg(long, hide = true)]
     #[serde(skip)]
@@ -423,6 +428,7 @@ impl RawTrain {
             weight_decay: None,
             feature_norm: None,
             aggregator: None,
+            input: None,
             inject_fault: None,
         })
     }
@@ -494,6 +500,7 @@ impl RawTrain {
             weight_decay,
             feature_norm,
             aggregator,
+            input,
             inject_fault
         )
     }

@@ -687,6 +687,17 @@ pub fn feature_shape(path: &Path) -> Result<Option<(usize, usize, bool)>> {
 /// first row's index among the selected rows.
 pub fn read_feature_rows(
     path: &Path,
+    selection: (usize, usize, usize),
+    rows_at_once: usize,
+    take: impl FnMut(usize, &[f32]),
+) -> Result<()> {
+    read_rows(path, "features", selection, rows_at_once, take)
+}
+
+/// As [`read_feature_rows`], from the 2-d dataset `name` (f32 or f16).
+pub fn read_rows(
+    path: &Path,
+    name: &str,
     (first, end, step): (usize, usize, usize),
     rows_at_once: usize,
     mut take: impl FnMut(usize, &[f32]),
@@ -694,14 +705,14 @@ pub fn read_feature_rows(
     use ndarray::{s, Array2};
     let f = super::h5::open_h5(path)?;
     let d = f
-        .dataset("features")
-        .map_err(|e| Error::hdf5(path, "open features", e))?;
+        .dataset(name)
+        .map_err(|e| Error::hdf5(path, format!("open {name}"), e))?;
     let half = d
         .dtype()
-        .map_err(|e| Error::hdf5(path, "features type", e))?
+        .map_err(|e| Error::hdf5(path, format!("{name} type"), e))?
         .size()
         == 2;
-    let err = |e| Error::hdf5(path, "read features", e);
+    let err = |e| Error::hdf5(path, format!("read {name}"), e);
     let (step, chunk) = (step.max(1), rows_at_once.max(1));
     let count = if end > first {
         (end - first).div_ceil(step)

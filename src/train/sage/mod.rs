@@ -11,6 +11,7 @@
 //! epoch are kept, and `--patience` epochs without a better one end training. The output holds
 //! the weights, the effective configuration and every node's class scores (`embeddings`).
 
+mod learned;
 mod sharded;
 mod whole;
 
@@ -20,7 +21,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 use crate::comm::{Comm, ReduceOp};
-use crate::config::{FeatureNorm, SageSettings, Strategy, TrainConfig};
+use crate::config::{FeatureNorm, SageInput, SageSettings, Strategy, TrainConfig};
 use crate::error::{Error, Result};
 use crate::estimate::{SageHeld, SageShape};
 use crate::graph::nodedata::{self, TEST, TRAIN, VALID};
@@ -31,6 +32,7 @@ use crate::spmd::agree;
 use crate::stats::{RankMetrics, Timer};
 
 use super::Outcome;
+use learned::Learned;
 use sharded::Sharded;
 use std::sync::atomic::Ordering::Relaxed;
 use whole::Whole;
@@ -46,7 +48,8 @@ trait Source {
     /// This rank's share of `nodes` (the ranks' shares partition them).
     fn mine(&self, nodes: &[u64]) -> Vec<u64>;
     /// Collective for the sharded strategy (every rank calls it, also with no seeds): the blocks
-    /// of this rank's `seeds` and the feature rows of their input nodes.
+    /// of this rank's `seeds`, the feature rows of their input nodes (into `rows`) and those
+    /// nodes.
     fn batch(
         &mut self,
         seeds: &[u64],
@@ -54,10 +57,19 @@ trait Source {
         rng: &mut Rng,
         m: &mut RankMetrics,
         rows: &mut Vec<f32>,
-    ) -> Vec<Block>;
+    ) -> (Vec<Block>, Vec<u64>);
     /// Collective: the class scores of this rank's share of the nodes with every neighbour,
-    /// layer by layer over the whole graph: the nodes and their scores (`classes` each).
-    fn infer(&mut self, sage: &Sage, work: &mut Work, m: &mut RankMetrics) -> (Vec<u64>, Vec<f32>);
+    /// layer by layer over the whole graph: the nodes and their scores (`classes` each). The
+    /// first layer's input rows are the feature rows, with the `learned` rows after them.
+    fn infer(
+        &mut self,
+        sage: &Sage,
+        work: &mut Work,
+        m: &mut RankMetrics,
+        learned: Option<&Learned>,
+    ) -> (Vec<u64>, Vec<f32>);
+    /// Whose node a node is (the sharded strategy); `None` when every rank holds every node.
+    fn partitioner(&self) -> Option<crate::graph::partition::Partitioner>;
     /// What this rank holds, for its memory estimate.
     fn held(&self) -> SageHeld;
 }
@@ -147,10 +159,20 @@ struct Scored {
 }
 
 impl Scored {
-    /// Collective: score this rank's share with `sage`.
-    fn new(comm: &Comm, sage: &Sage, src: &mut dyn Source, work: &mut Work) -> Scored {
+    /// Collective: score this rank's share with `sage` (and the `learned` input rows).
+    fn new(
+        comm: &Comm,
+        sage: &Sage,
+        src: &mut dyn Source,
+        work: &mut Work,
+        learned: Option<&Learned>,
+    ) -> Scored {
+        if learned.is_some() {
+            // Every rank has applied the last step's pushes before any reads the rows.
+            comm.barrier();
+        }
         let before = comm.traffic().sent.load(Relaxed);
-        let (nodes, scores) = src.infer(sage, work, &mut RankMetrics::default());
+        let (nodes, scores) = src.infer(sage, work, &mut RankMetrics::default(), learned);
         let sent = comm.traffic().sent.load(Relaxed) - before;
         Scored {
             nodes,
@@ -187,6 +209,9 @@ struct Epochs<'a> {
     adam: Adam,
     rng: Rng,
     grads: Vec<f32>,
+    /// The learnable input rows (`--input learned|both`), after the `cols` feature values.
+    learned: Option<Learned<'a>>,
+    cols: usize,
     b: Bufs,
     m: RankMetrics,
     /// Rank 0's progress line, and the epoch under way of how many.
@@ -200,6 +225,9 @@ struct Epochs<'a> {
 struct Bufs {
     rows: Vec<f32>,
     work: Work,
+    /// The input rows' gradients and the learnable rows read (`--input learned|both`).
+    gx: Vec<f32>,
+    scratch: Vec<f32>,
 }
 
 impl Epochs<'_> {
@@ -212,13 +240,19 @@ impl Epochs<'_> {
             let mine = src.mine(step);
             self.grads.iter_mut().for_each(|g| *g = 0.0);
             let ts = Timer::start();
-            let blocks = src.batch(
+            let (blocks, input) = src.batch(
                 &mine,
                 &s.fanout,
                 &mut self.rng,
                 &mut self.m,
                 &mut self.b.rows,
             );
+            if let Some(lr) = &self.learned {
+                let b = &mut self.b;
+                lr.join(&input, self.cols, &mut b.rows, &mut b.scratch, &mut self.m);
+                b.gx.clear();
+                b.gx.resize(input.len() * sage.dims[0], 0.0);
+            }
             self.m.seconds.sample += ts.secs();
             let (mut lo, mut c) = (0f64, 0usize);
             if !mine.is_empty() {
@@ -235,7 +269,7 @@ impl Epochs<'_> {
                     s.dropout,
                     &mut self.rng,
                     &mut self.grads,
-                    None,
+                    self.learned.is_some().then_some(&mut self.b.gx[..]),
                 );
                 self.m.seconds.compute += tc.secs();
             }
@@ -243,8 +277,12 @@ impl Epochs<'_> {
             // Counted in the comm's traffic as a ring all-reduce moves it.
             comm.all_reduce_sum_f32(&mut self.grads);
             let sums = comm.all_reduce_f64(&[lo, c as f64], ReduceOp::Sum);
-            self.m.seconds.push += tp.secs();
             let inv = 1.0 / step.len() as f32;
+            if let Some(lr) = &mut self.learned {
+                // The rows' gradients to their owners, as the weights' of the global batch.
+                lr.push(&input, &self.b.gx, self.cols, inv, &mut self.m);
+            }
+            self.m.seconds.push += tp.secs();
             self.grads.iter_mut().for_each(|g| *g *= inv);
             self.adam.step(&mut sage.params, &self.grads);
             (loss, right) = (loss + sums[0], right + sums[1]);
@@ -267,6 +305,8 @@ struct Placement {
     strategy: Strategy,
     partition: crate::graph::partition::Scheme,
     cache_rows: Option<usize>,
+    /// Whether the input rows hold the features (`--input features|both`).
+    features: bool,
 }
 
 impl Placement {
@@ -276,6 +316,7 @@ impl Placement {
             strategy: cfg.strategy,
             partition: cfg.partition,
             cache_rows: cfg.cache_rows,
+            features: cfg.sage.as_ref().is_none_or(|s| s.input.features()),
         }
     }
 }
@@ -296,10 +337,22 @@ fn source<'a>(
             if triples {
                 "a knowledge-graph triple file (dataset 'rel'): GraphSAGE trains on a graph with node features (convert EDGES --features F --labels L --split S; the KG models are --model distmult|complex|transe|rotate)"
             } else {
-                "--model sage needs node features: convert the graph with --features (docs/formats.md)"
+                "--model sage needs node features: convert the graph with --features (docs/formats.md), or train a learnable input row per node with --input learned"
             },
         )
     };
+    if triples {
+        return Err(missing());
+    }
+    if !at.features {
+        // Learnable input rows alone: the graph, no features.
+        let src: Box<dyn Source + 'a> = if at.strategy == Strategy::Replicated {
+            Box::new(agree(comm, Whole::load(comm, &at.graph, 0, Vec::new()))?)
+        } else {
+            Box::new(Sharded::load(comm, at, (0, false), norm)?.0)
+        };
+        return Ok((src, false));
+    }
     if at.strategy == Strategy::Replicated {
         let nd = agree(comm, nodedata::read(&at.graph))?;
         let (cols, x) = agree(comm, nd.features.ok_or_else(missing))?;
@@ -372,7 +425,7 @@ fn memory(
     comm: &Comm,
     cfg: &TrainConfig,
     process: u64,
-    src: &dyn Source,
+    (src, learned): (&dyn Source, Option<&Learned>),
     dims: &[usize],
     l: &Labelled,
 ) -> Result<u64> {
@@ -385,7 +438,10 @@ fn memory(
         nodes: l.split.len() as u64,
         train: l.split.iter().filter(|&&c| c == TRAIN).count() as u64,
     };
-    let h = src.held();
+    let mut h = src.held();
+    if let Some(lr) = learned {
+        (h.learned, h.learned_width) = (lr.bytes(), lr.dim as u64);
+    }
     let est = crate::estimate::sage_estimate(process, &h, &shape);
     let most = comm.all_reduce_u64(&[est.total], ReduceOp::Max)[0];
     if let Some(limit) = cfg.max_memory.filter(|&l| most > l) {
@@ -402,11 +458,12 @@ fn memory(
     }
     if comm.rank() == 0 {
         eprintln!(
-            "graphscale: memory per rank {} at most (rank 0: adjacency {}, feature rows {}, cache {}, labels and split {}, a step {}, layer-wise inference and the output {}, the process before loading {})",
+            "graphscale: memory per rank {} at most (rank 0: adjacency {}, feature rows {}, cache {}, learnable rows and their Adam state {}, labels and split {}, a step {}, layer-wise inference and the output {}, the process before loading {})",
             crate::stats::human_bytes(most),
             crate::stats::human_bytes(h.adjacency),
             crate::stats::human_bytes(h.features),
             crate::stats::human_bytes(h.cache),
+            crate::stats::human_bytes(h.learned),
             crate::stats::human_bytes(est.labels),
             crate::stats::human_bytes(est.step),
             crate::stats::human_bytes(est.inference),
@@ -443,7 +500,17 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         cfg
     };
     let cols = src.cols();
-    let mut dims = vec![cols];
+    let learned = s.input.learned().then(|| {
+        let at = (cfg.seed, cfg.lr);
+        Learned::new(
+            comm,
+            src.partitioner(),
+            l.split.len() as u64,
+            s.learned_dim,
+            at,
+        )
+    });
+    let mut dims = vec![cols + learned.as_ref().map_or(0, |l| l.dim)];
     dims.extend(std::iter::repeat_n(s.hidden, s.fanout.len() - 1));
     dims.push(l.classes.max(2));
     let mut shared = Rng::seed_from_u64(cfg.seed);
@@ -465,7 +532,14 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     if comm.rank() == 0 {
         announce((cfg, comm.size()), &dims, &l, src.as_ref(), normalized);
     }
-    m.memory_estimate_bytes = memory(comm, cfg, process, src.as_ref(), &dims, &l)?;
+    m.memory_estimate_bytes = memory(
+        comm,
+        cfg,
+        process,
+        (src.as_ref(), learned.as_ref()),
+        &dims,
+        &l,
+    )?;
     let t = Timer::start();
     let (mut best, mut best_params, mut since) = (-1f64, sage.params.clone(), 0u32);
     // The best validation epoch's scores of every node: the output's and the test's (layer-wise
@@ -481,6 +555,8 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         adam,
         rng,
         grads,
+        learned,
+        cols,
         b: Bufs::default(),
         m,
         progress: super::Progress::sage(comm.rank() == 0),
@@ -491,7 +567,13 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         order.shuffle(&mut shared);
         let (loss, right) = ep.epoch(&mut sage, src.as_mut(), &order);
         let te = Timer::start();
-        let scored = Scored::new(comm, &sage, src.as_mut(), &mut ep.b.work);
+        let scored = Scored::new(
+            comm,
+            &sage,
+            src.as_mut(),
+            &mut ep.b.work,
+            ep.learned.as_ref(),
+        );
         let v = scored.accuracy(comm, &l, VALID);
         ep.m.eval_seconds += te.secs();
         ep.m.valid_accuracy.push(v);
@@ -507,6 +589,9 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         if v > best {
             (best, since) = (v, 0);
             best_params.clone_from(&sage.params);
+            if let Some(lr) = &mut ep.learned {
+                lr.keep();
+            }
             best_scored = Some(scored);
         } else {
             since += 1;
@@ -515,7 +600,10 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
             }
         }
     }
-    let (mut m, mut b) = (ep.m, ep.b);
+    let (mut m, mut b, mut learned) = (ep.m, ep.b, ep.learned);
+    if let Some(lr) = &mut learned {
+        lr.restore();
+    }
     m.train_seconds = t.secs();
     let traffic = comm.traffic();
     // The sampling's exchanges and the gradients' all-reduce of the training steps.
@@ -524,25 +612,25 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     sage.params = best_params;
     let scored = match best_scored {
         Some(s) => s,
-        None => Scored::new(comm, &sage, src.as_mut(), &mut b.work),
+        None => Scored::new(comm, &sage, src.as_mut(), &mut b.work, learned.as_ref()),
     };
     let acc = scored.accuracy(comm, &l, TEST);
     if comm.rank() == 0 {
         eprintln!("graphscale: test accuracy {acc:.4} (the best validation epoch's parameters: valid accuracy {best:.4})");
     }
-    finish(comm, cfg, &sage, &l, (m, scored))
+    finish(comm, cfg, (&sage, learned.as_ref()), &l, (m, scored))
 }
 
 /// Collective: every node's class scores to the output, and the metrics of every rank.
 fn finish(
     comm: &Comm,
     cfg: &TrainConfig,
-    sage: &Sage,
+    model: (&Sage, Option<&Learned>),
     l: &Labelled,
     (mut m, scored): (RankMetrics, Scored),
 ) -> Result<Outcome> {
     if let Some(out) = &cfg.output {
-        write(comm, cfg, sage, &scored, l.split.len(), out)?;
+        write(comm, cfg, model, &scored, l.split.len(), out)?;
     }
     m.peak_rss_bytes = crate::stats::peak_rss_bytes();
     super::job::gather_metrics(comm, cfg, &m)
@@ -550,16 +638,18 @@ fn finish(
 
 /// Collective: the output, through its partial file: `weights` (flat, as `model::sage` lays
 /// them out) with the widths, the effective configuration, every node's class scores as
-/// `embeddings` (each rank's written at their ids, window by window: no rank gathers them)
-/// and the graph's node names.
+/// `embeddings` (each rank's written at their ids, window by window: no rank gathers them),
+/// the learnable input rows as `input_rows` (`--input learned|both`) and the graph's node
+/// names.
 fn write(
     comm: &Comm,
     cfg: &TrainConfig,
-    sage: &Sage,
+    (sage, learned): (&Sage, Option<&Learned>),
     scored: &Scored,
     nodes: usize,
     out: &Path,
 ) -> Result<()> {
+    use crate::embeddings::{create_rows, write_by_id};
     let classes = *sage.dims.last().expect("layers");
     let rows = crate::embeddings::DenseRows(&scored.scores, classes);
     crate::outfile::write_collective(
@@ -569,11 +659,20 @@ fn write(
             let created = if comm.rank() == 0 {
                 crate::embeddings::create(tmp, nodes, classes, cfg, comm.size())
                     .and_then(|()| write_weights(tmp, sage))
+                    .and_then(|()| match learned {
+                        Some(l) => create_rows(tmp, "input_rows", nodes, l.dim),
+                        None => Ok(()),
+                    })
             } else {
                 Ok(())
             };
             agree(comm, created)?;
-            crate::embeddings::write_by_id(comm, tmp, &cfg.graph, nodes, &rows, &scored.nodes)
+            if let Some(l) = learned {
+                let (rows, ids) = l.share();
+                write_by_id(comm, (tmp, "input_rows"), &cfg.graph, nodes, &rows, &ids)?;
+            }
+            let at = (tmp, "embeddings");
+            write_by_id(comm, at, &cfg.graph, nodes, &rows, &scored.nodes)
         },
         |tmp| crate::embeddings::write_names(tmp, &cfg.graph, false),
     )
@@ -605,8 +704,17 @@ pub struct SplitScores {
     pub macro_f1: f64,
 }
 
-/// `train --model sage`'s output read back: the model and the feature scaling it trained with.
-fn read_model(path: &Path) -> Result<(Sage, FeatureNorm)> {
+/// What `eval gnn` needs of a trained model besides its weights.
+struct Trained {
+    norm: FeatureNorm,
+    input: SageInput,
+    /// The learnable rows' width (`--input learned|both`; 0 without).
+    learned_dim: usize,
+}
+
+/// `train --model sage`'s output read back: the model, the feature scaling and the input rows
+/// it trained with.
+fn read_model(path: &Path) -> Result<(Sage, Trained)> {
     let f = crate::graph::h5::open_h5(path)?;
     let err = |what: &'static str| move |e| Error::hdf5(path, what, e);
     let text = |name: &str| -> Option<String> {
@@ -641,6 +749,19 @@ fn read_model(path: &Path) -> Result<(Sage, FeatureNorm)> {
         .as_ref()
         .and_then(|v| serde_json::from_value(v["aggregator"].clone()).ok())
         .unwrap_or(Aggregator::Mean);
+    let input = config
+        .as_ref()
+        .and_then(|v| serde_json::from_value(v["input"].clone()).ok())
+        .unwrap_or(SageInput::Features);
+    let learned_dim = if input.learned() {
+        f.dataset("input_rows")
+            .map(|d| d.shape().get(1).copied().unwrap_or(0))
+            .map_err(err(
+                "open input_rows (the learnable input rows of --input learned|both)",
+            ))?
+    } else {
+        0
+    };
     let want = Sage::param_count(&dims, aggregator);
     let sage = Sage {
         dims,
@@ -657,36 +778,60 @@ fn read_model(path: &Path) -> Result<(Sage, FeatureNorm)> {
             ),
         ));
     }
-    Ok((sage, norm))
+    Ok((
+        sage,
+        Trained {
+            norm,
+            input,
+            learned_dim,
+        },
+    ))
 }
 
 /// Collective: `graphscale eval gnn`: the model in `model` over the nodes of `graph` with every
 /// neighbour (layer-wise, sharded over the ranks as training is), scored against the graph's
 /// labels on each split that has nodes.
 pub fn evaluate(comm: &Comm, model: &Path, graph: &Path) -> Result<Vec<(String, SplitScores)>> {
-    let (sage, norm) = agree(comm, read_model(model))?;
+    let (sage, t) = agree(comm, read_model(model))?;
     let at = Placement {
         graph: graph.to_path_buf(),
         strategy: Strategy::Sharded,
         partition: crate::graph::partition::Scheme::Striped,
         cache_rows: None,
+        features: t.input.features(),
     };
-    let (mut src, _) = source(comm, &at, norm)?;
+    let (mut src, _) = source(comm, &at, t.norm)?;
     let l = agree(comm, Labelled::load(graph))?;
     let k = *sage.dims.last().expect("layers");
-    if src.cols() != sage.dims[0] || l.classes.max(2) != k {
+    if src.cols() + t.learned_dim != sage.dims[0] || l.classes.max(2) != k {
         return Err(Error::bad_input(
             model,
             format!(
-                "the model takes {} features to {k} classes; {} has {} features and {} classes: give the graph it was trained on",
+                "the model takes {} input values ({} learned) to {k} classes; {} has {} features and {} classes: give the graph it was trained on",
                 sage.dims[0],
+                t.learned_dim,
                 graph.display(),
                 src.cols(),
                 l.classes.max(2)
             ),
         ));
     }
-    let scored = Scored::new(comm, &sage, src.as_mut(), &mut Work::default());
+    let learned = match t.learned_dim {
+        0 => None,
+        dim => {
+            let nodes = l.split.len() as u64;
+            let mut lr = Learned::new(comm, src.partitioner(), nodes, dim, (0, 0.0));
+            lr.load(model)?;
+            Some(lr)
+        }
+    };
+    let scored = Scored::new(
+        comm,
+        &sage,
+        src.as_mut(),
+        &mut Work::default(),
+        learned.as_ref(),
+    );
     let mut out = Vec::new();
     for (name, code) in [("train", TRAIN), ("valid", VALID), ("test", TEST)] {
         // Per class: true positives, false positives, false negatives; then right and all.

@@ -22,7 +22,7 @@ use crate::spmd::agree;
 use crate::stats::RankMetrics;
 use crate::store::{decode_row, encode_row};
 
-use super::{Source, INFER_CHUNK};
+use super::{Learned, Source, INFER_CHUNK};
 
 /// The default cache of remote feature rows holds this share of the rank's own rows: own
 /// and cached rows then take about `1 / ranks + 1 / (8 ranks)` of the replicated baseline's
@@ -80,7 +80,11 @@ impl<'a> Sharded<'a> {
             }
         };
         let mut negative = false;
+        // Without features (`--input learned`) there is nothing to read.
         let read = window.with_local_mut(|bytes| {
+            if cols == 0 {
+                return Ok(());
+            }
             nodedata::read_feature_rows(&at.graph, selection, READ_ROWS, |at, x| {
                 let mut x = x.to_vec();
                 negative |= x.iter().any(|&v| v < 0.0);
@@ -95,7 +99,8 @@ impl<'a> Sharded<'a> {
         });
         agree(comm, read)?;
         let negative = comm.all_reduce_u64(&[u64::from(negative)], ReduceOp::Max)[0] != 0;
-        let scaled = norm == FeatureNorm::Row || (norm == FeatureNorm::Auto && !negative);
+        let scaled =
+            cols > 0 && (norm == FeatureNorm::Row || (norm == FeatureNorm::Auto && !negative));
         if norm == FeatureNorm::Auto && scaled {
             window.with_local_mut(|bytes| {
                 let mut row = vec![0f32; cols];
@@ -227,6 +232,9 @@ impl Rows<'_> {
         let (f, me, dtype) = (self.width, self.comm.rank(), self.dtype);
         let rb = f * dtype.size();
         out.clear();
+        if f == 0 {
+            return;
+        }
         out.resize(input.len() * f, 0.0);
         let mut remote: Vec<Vec<(u32, u32)>> = vec![Vec::new(); self.comm.size()];
         self.window.with_local(|bytes| {
@@ -273,10 +281,12 @@ impl Sharded<'_> {
         sage: &Sage,
         work: &mut Work,
         m: &mut RankMetrics,
+        learned: Option<&Learned>,
     ) -> (Vec<u64>, Vec<f32>) {
         let (me, own) = (self.comm.rank(), self.g.num_local());
         let nodes: Vec<u64> = (0..own).map(|r| self.g.part.global(me, r)).collect();
         let (mut hidden, mut out, mut rows) = (None::<Window>, Vec::new(), Vec::new());
+        let mut scratch = Vec::new();
         for l in 0..sage.layers() {
             let (dout, last) = (sage.dims[l + 1], l + 1 == sage.layers());
             // A hidden layer's rows go straight into the window the next layer reads
@@ -293,14 +303,19 @@ impl Sharded<'_> {
                     p.extend(g.neighbors(g.part.local_index(v)).iter());
                 });
                 match &hidden {
-                    None => Rows {
-                        comm: self.comm,
-                        part: &self.g.part,
-                        window: &self.window,
-                        dtype: self.dtype,
-                        width: self.cols,
+                    None => {
+                        Rows {
+                            comm: self.comm,
+                            part: &self.g.part,
+                            window: &self.window,
+                            dtype: self.dtype,
+                            width: self.cols,
+                        }
+                        .read(&input, Some(&mut self.cache), m, &mut rows);
+                        if let Some(lr) = learned {
+                            lr.join(&input, self.cols, &mut rows, &mut scratch, m);
+                        }
                     }
-                    .read(&input, Some(&mut self.cache), m, &mut rows),
                     Some(w) => Rows {
                         comm: self.comm,
                         part: &self.g.part,
@@ -356,7 +371,7 @@ impl Source for Sharded<'_> {
         rng: &mut Rng,
         m: &mut RankMetrics,
         rows: &mut Vec<f32>,
-    ) -> Vec<Block> {
+    ) -> (Vec<Block>, Vec<u64>) {
         let (blocks, input) = sample_blocks_by_hop(seeds, fanouts, |dst, fanout, c, p| {
             self.hop(dst, fanout, rng, c, p)
         });
@@ -368,11 +383,21 @@ impl Source for Sharded<'_> {
             width: self.cols,
         }
         .read(&input, Some(&mut self.cache), m, rows);
-        blocks
+        (blocks, input)
     }
 
-    fn infer(&mut self, sage: &Sage, work: &mut Work, m: &mut RankMetrics) -> (Vec<u64>, Vec<f32>) {
-        self.layerwise(sage, work, m)
+    fn infer(
+        &mut self,
+        sage: &Sage,
+        work: &mut Work,
+        m: &mut RankMetrics,
+        learned: Option<&Learned>,
+    ) -> (Vec<u64>, Vec<f32>) {
+        self.layerwise(sage, work, m, learned)
+    }
+
+    fn partitioner(&self) -> Option<crate::graph::partition::Partitioner> {
+        Some(self.g.part.clone())
     }
 
     fn held(&self) -> SageHeld {
@@ -398,6 +423,8 @@ impl Source for Sharded<'_> {
                 READ_ROWS.min(g.num_local()) as u64 * rb / self.dtype.size() as u64
                     * (self.dtype.size() as u64 + 8),
             ),
+            learned: 0,
+            learned_width: 0,
         }
     }
 }

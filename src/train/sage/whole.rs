@@ -13,7 +13,7 @@ use crate::sample::neighbors::{sample_blocks, whole_block, Block};
 use crate::sample::Rng;
 use crate::stats::RankMetrics;
 
-use super::{scale_rows, Source, INFER_CHUNK};
+use super::{scale_rows, Learned, Source, INFER_CHUNK};
 
 /// A graph and its feature rows, whole on this rank.
 pub(super) struct Whole {
@@ -99,7 +99,7 @@ impl Source for Whole {
         rng: &mut Rng,
         m: &mut RankMetrics,
         rows: &mut Vec<f32>,
-    ) -> Vec<Block> {
+    ) -> (Vec<Block>, Vec<u64>) {
         let (blocks, input) = sample_blocks(seeds, fanouts, |v, o| self.nbrs(v, o), rng);
         let f = self.cols;
         m.local_rows += input.len() as u64;
@@ -107,14 +107,15 @@ impl Source for Whole {
         for &v in &input {
             rows.extend_from_slice(&self.x[v as usize * f..(v as usize + 1) * f]);
         }
-        blocks
+        (blocks, input)
     }
 
     fn infer(
         &mut self,
         sage: &Sage,
         work: &mut Work,
-        _m: &mut RankMetrics,
+        m: &mut RankMetrics,
+        learned: Option<&Learned>,
     ) -> (Vec<u64>, Vec<f32>) {
         // Every layer over every node (the baseline computes what it holds), the last one's
         // rows of this rank's share returned.
@@ -125,14 +126,19 @@ impl Source for Whole {
             out.clear();
             out.reserve_exact(n * sage.dims[l + 1]);
             let din = sage.dims[l];
-            let mut rows = Vec::new();
+            // The first layer reads the feature rows (with the learned rows after them).
+            let width = if l == 0 { self.cols } else { din };
+            let (mut rows, mut scratch) = (Vec::new(), Vec::new());
             let nodes: Vec<u64> = (0..n as u64).collect();
             for chunk in nodes.chunks(INFER_CHUNK) {
                 let (block, input) = whole_block(chunk, |v, p| self.nbrs(v, p));
                 let x: &[f32] = if l == 0 { &self.x } else { &h };
                 rows.clear();
                 for &v in &input {
-                    rows.extend_from_slice(&x[v as usize * din..(v as usize + 1) * din]);
+                    rows.extend_from_slice(&x[v as usize * width..(v as usize + 1) * width]);
+                }
+                if let Some(lr) = learned.filter(|_| l == 0) {
+                    lr.join(&input, self.cols, &mut rows, &mut scratch, m);
                 }
                 out.extend_from_slice(sage.layer_in(work, l, &block, &rows));
             }
@@ -145,6 +151,10 @@ impl Source for Whole {
             .flat_map(|&v| h[v as usize * k..(v as usize + 1) * k].iter().copied())
             .collect();
         (mine, scores)
+    }
+
+    fn partitioner(&self) -> Option<crate::graph::partition::Partitioner> {
+        None
     }
 
     fn held(&self) -> SageHeld {
@@ -161,6 +171,8 @@ impl Source for Whole {
             // The edges read (24 bytes each, half the entries of an undirected graph) and the
             // fill cursors.
             load_transient: 12 * self.targets.len() as u64 + 8 * n as u64,
+            learned: 0,
+            learned_width: 0,
         }
     }
 }

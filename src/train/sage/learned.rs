@@ -1,0 +1,375 @@
+//! GraphSAGE's learnable input rows (`--input learned|both`): a row of `--dim` values per node,
+//! stored as the walk models' rows are. Sharded (the default strategy), a rank holds its own
+//! nodes' rows in an RMA window with their sparse Adam state; a step reads the rows of its input
+//! nodes (its own from the window, the others' one-sidedly from their owners) and pushes their
+//! gradients to the owners in one exchange. An owner sums the gradients every rank sent for a
+//! row and takes one Adam step on it: the step is that of one process training the global batch,
+//! whatever the rank count, and no row is read stale (a step's reads follow its first sampling
+//! exchange, which every rank enters only after applying the step before). Replicated
+//! (`--strategy replicated`, the baseline), every rank holds every row and every rank's
+//! gradients go to every rank, which all apply the same sums.
+
+use rustc_hash::FxHashMap;
+
+use crate::comm::{Comm, Window};
+use crate::config::{Dtype, Optimizer};
+use crate::graph::partition::Partitioner;
+use crate::stats::RankMetrics;
+use crate::store::{apply_update, decode_row, encode_row, OptParams};
+
+/// A step's gradient record: the node's id, then its row's gradient.
+fn record_bytes(dim: usize) -> usize {
+    8 + 4 * dim
+}
+
+/// A value of node `v`'s first row, column `j`: uniform in `[-a, a)`, `a = sqrt(3 / dim)` (unit
+/// expected squared norm per row), from a hash of the seed, the node and the column, so that the
+/// rows do not depend on the rank count.
+fn initial(seed: u64, v: u64, j: usize, dim: usize) -> f32 {
+    let mut z = seed
+        ^ v.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ (j as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    // splitmix64's finaliser.
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    let u = (z >> 40) as f32 / (1u64 << 24) as f32;
+    (2.0 * u - 1.0) * (3.0 / dim as f32).sqrt()
+}
+
+/// Where node `v`'s row is under `part` (every row on this rank `me` without one): its owner
+/// and its place there.
+fn locate(part: Option<&Partitioner>, me: usize, v: u64) -> (usize, usize) {
+    match part {
+        Some(p) => p.locate(v),
+        None => (me, v as usize),
+    }
+}
+
+/// The learnable rows this rank holds and the way to the others'.
+pub(super) struct Learned<'a> {
+    comm: &'a Comm,
+    pub(super) dim: usize,
+    /// Sharded: whose row a node's is. Replicated (`None`): every rank holds every row.
+    part: Option<Partitioner>,
+    /// The rows this rank holds (f32), readable by the other ranks.
+    window: Window,
+    /// Sparse Adam's state per held row: its first and second moments and its step count.
+    state: Vec<f32>,
+    opt: OptParams,
+    lr: f32,
+    /// A push's gradients summed per row: the row's place in `sums`, in order of arrival.
+    slot: FxHashMap<u64, u32>,
+    rows: Vec<u64>,
+    sums: Vec<f32>,
+    /// The rows as they were at the best validation epoch ([`Learned::keep`]).
+    kept: Vec<u8>,
+}
+
+impl<'a> Learned<'a> {
+    /// Collective: the rows of `nodes` nodes, `part`'s (sharded) or all of them (replicated),
+    /// initialised from `seed`; Adam with `lr` updates them.
+    pub(super) fn new(
+        comm: &'a Comm,
+        part: Option<Partitioner>,
+        nodes: u64,
+        dim: usize,
+        (seed, lr): (u64, f32),
+    ) -> Learned<'a> {
+        let me = comm.rank();
+        let held = part.as_ref().map_or(nodes as usize, |p| p.num_local(me));
+        let mut window = comm.window(held * dim * 4);
+        let global = |r: usize| part.as_ref().map_or(r as u64, |p| p.global(me, r));
+        window.with_local_mut(|bytes| {
+            let mut row = vec![0f32; dim];
+            for (r, b) in bytes.chunks_exact_mut(4 * dim).enumerate() {
+                let v = global(r);
+                row.iter_mut()
+                    .enumerate()
+                    .for_each(|(j, x)| *x = initial(seed, v, j, dim));
+                encode_row(Dtype::F32, &row, b);
+            }
+        });
+        comm.barrier();
+        let opt = OptParams::new(Optimizer::Adam, 0.9);
+        Learned {
+            comm,
+            dim,
+            part,
+            window,
+            state: vec![0.0; held * Optimizer::Adam.state_per_row(dim)],
+            opt,
+            lr,
+            slot: FxHashMap::default(),
+            rows: Vec::new(),
+            sums: Vec::new(),
+            kept: Vec::new(),
+        }
+    }
+
+    /// Keep a copy of the held rows (the best validation epoch's, which the output holds with
+    /// that epoch's weights).
+    pub(super) fn keep(&mut self) {
+        let kept = &mut self.kept;
+        self.window.with_local(|bytes| {
+            kept.clear();
+            kept.extend_from_slice(bytes);
+        });
+    }
+
+    /// Collective: back to the rows kept last, if any.
+    pub(super) fn restore(&mut self) {
+        if !self.kept.is_empty() {
+            let kept = &self.kept;
+            self.window
+                .with_local_mut(|bytes| bytes.copy_from_slice(kept));
+        }
+        self.comm.barrier();
+    }
+
+    /// The rows this rank holds.
+    pub(super) fn held(&self) -> usize {
+        self.state.len() / Optimizer::Adam.state_per_row(self.dim)
+    }
+
+    /// Bytes this rank holds: the rows, the best epoch's copy of them and their Adam state.
+    pub(super) fn bytes(&self) -> u64 {
+        (2 * self.held() * 4 * self.dim + 4 * self.state.len()) as u64
+    }
+
+    /// The rows this rank writes to the output (its own; replicated, every `ranks`-th) and
+    /// their global ids.
+    pub(super) fn share(&self) -> (Share<'_>, Vec<u64>) {
+        let (me, ranks) = (self.comm.rank(), self.comm.size());
+        let (first, step) = if self.part.is_some() {
+            (0, 1)
+        } else {
+            (me, ranks)
+        };
+        let ids = (first..self.held())
+            .step_by(step)
+            .map(|r| self.part.as_ref().map_or(r as u64, |p| p.global(me, r)))
+            .collect();
+        (
+            Share {
+                l: self,
+                first,
+                step,
+            },
+            ids,
+        )
+    }
+
+    /// Where node `v`'s row is: its owner and its place there.
+    fn locate(&self, v: u64) -> (usize, usize) {
+        locate(self.part.as_ref(), self.comm.rank(), v)
+    }
+
+    /// Collective: the rows as `train --model sage --input learned|both` wrote them to the
+    /// dataset `input_rows` of `path` (every node's row at its id).
+    pub(super) fn load(&mut self, path: &std::path::Path) -> crate::error::Result<()> {
+        use crate::graph::partition::Scheme;
+        let (me, ranks, held, dim) = (self.comm.rank(), self.comm.size(), self.held(), self.dim);
+        let selection = match &self.part {
+            None => (0, held, 1),
+            Some(p) if p.scheme() == Scheme::Striped => (me, p.num_nodes() as usize, ranks),
+            Some(p) => {
+                let first = p.global(me, 0) as usize;
+                (first, first + held, 1)
+            }
+        };
+        let mut read = Ok(());
+        self.window.with_local_mut(|bytes| {
+            read = crate::graph::nodedata::read_rows(
+                path,
+                "input_rows",
+                selection,
+                1 << 14,
+                |at, x| {
+                    for (i, row) in x.chunks_exact(dim).enumerate() {
+                        let r = at + i;
+                        encode_row(Dtype::F32, row, &mut bytes[r * 4 * dim..(r + 1) * 4 * dim]);
+                    }
+                },
+            );
+        });
+        crate::spmd::agree(self.comm, read)?;
+        self.comm.barrier();
+        Ok(())
+    }
+
+    /// The rows of `input` (in order, `dim` each) into `out`: this rank's from its window, the
+    /// others' read one-sidedly from their owners.
+    pub(super) fn read(&self, input: &[u64], m: &mut RankMetrics, out: &mut Vec<f32>) {
+        let (dim, me) = (self.dim, self.comm.rank());
+        let rb = 4 * dim;
+        out.clear();
+        out.resize(input.len() * dim, 0.0);
+        let mut remote: Vec<Vec<(u32, u32)>> = vec![Vec::new(); self.comm.size()];
+        self.window.with_local(|bytes| {
+            for (i, &v) in input.iter().enumerate() {
+                let (o, r) = self.locate(v);
+                if o == me {
+                    decode_row(
+                        Dtype::F32,
+                        &bytes[r * rb..(r + 1) * rb],
+                        &mut out[i * dim..(i + 1) * dim],
+                    );
+                    m.local_rows += 1;
+                } else {
+                    remote[o].push((i as u32, r as u32));
+                }
+            }
+        });
+        let count = self
+            .window
+            .get_tagged(self.comm.watchdog(), &remote, rb, 4096, |i, row| {
+                let i = i as usize;
+                decode_row(Dtype::F32, row, &mut out[i * dim..(i + 1) * dim]);
+            });
+        m.remote_rows += count as u64;
+        m.fetch_bytes += (count * rb) as u64;
+        m.one_sided_bytes += (count * rb) as u64;
+    }
+
+    /// `x`'s rows of `input` (`cols` feature values each, or none) with the learnable rows of
+    /// the same nodes after them: rows of `cols + dim`. `scratch` holds the learnable rows.
+    pub(super) fn join(
+        &self,
+        input: &[u64],
+        cols: usize,
+        x: &mut Vec<f32>,
+        scratch: &mut Vec<f32>,
+        m: &mut RankMetrics,
+    ) {
+        self.read(input, m, scratch);
+        if cols == 0 {
+            std::mem::swap(x, scratch);
+            return;
+        }
+        let (dim, width) = (self.dim, cols + self.dim);
+        debug_assert_eq!(x.len(), input.len() * cols);
+        x.resize(input.len() * width, 0.0);
+        // Back to front: row i moves from `i cols` to `i width`, never over a row not yet moved.
+        for i in (0..input.len()).rev() {
+            x.copy_within(i * cols..(i + 1) * cols, i * width);
+            x[i * width + cols..(i + 1) * width].copy_from_slice(&scratch[i * dim..(i + 1) * dim]);
+        }
+    }
+
+    /// Collective: the gradients `gx` of `input`'s rows (rows of `cols + dim`: the learnable
+    /// part after the `cols` feature values), scaled by `scale`, to the rows' owners (every
+    /// rank, replicated), which sum them per row and take one Adam step on each.
+    pub(super) fn push(
+        &mut self,
+        input: &[u64],
+        gx: &[f32],
+        cols: usize,
+        scale: f32,
+        m: &mut RankMetrics,
+    ) {
+        let (dim, ranks, me) = (self.dim, self.comm.size(), self.comm.rank());
+        let width = cols + dim;
+        let mut send = vec![Vec::new(); ranks];
+        let mut all = Vec::new();
+        for (i, &v) in input.iter().enumerate() {
+            let b = match &self.part {
+                Some(p) => &mut send[p.owner(v)],
+                None => &mut all,
+            };
+            b.extend_from_slice(&v.to_le_bytes());
+            for &g in &gx[i * width + cols..(i + 1) * width] {
+                b.extend_from_slice(&(g * scale).to_le_bytes());
+            }
+        }
+        if self.part.is_none() {
+            send = vec![all; ranks];
+        }
+        m.push_bytes_sent += send
+            .iter()
+            .enumerate()
+            .filter(|&(r, _)| r != me)
+            .map(|(_, b)| b.len() as u64)
+            .sum::<u64>();
+        let recv = self.comm.all_to_all_v(send);
+        m.push_bytes_received += recv
+            .iter()
+            .enumerate()
+            .filter(|&(r, _)| r != me)
+            .map(|(_, b)| b.len() as u64)
+            .sum::<u64>();
+        // Summed per row in order of arrival (rank order: the same on every rank).
+        self.slot.clear();
+        self.rows.clear();
+        self.sums.clear();
+        let (slot, rows, sums) = (&mut self.slot, &mut self.rows, &mut self.sums);
+        for b in &recv {
+            for rec in b.chunks_exact(record_bytes(dim)) {
+                let v = u64::from_le_bytes(rec[..8].try_into().expect("8 bytes"));
+                let (_, r) = locate(self.part.as_ref(), me, v);
+                let s = *slot.entry(r as u64).or_insert_with(|| {
+                    rows.push(r as u64);
+                    sums.resize(sums.len() + dim, 0.0);
+                    (rows.len() - 1) as u32
+                }) as usize;
+                let sum = &mut sums[s * dim..(s + 1) * dim];
+                for (a, c) in sum.iter_mut().zip(rec[8..].chunks_exact(4)) {
+                    *a += f32::from_le_bytes(c.try_into().expect("4 bytes"));
+                }
+            }
+        }
+        let (opt, lr, per) = (self.opt, self.lr, Optimizer::Adam.state_per_row(dim));
+        let (rows, sums, state) = (&self.rows, &self.sums, &mut self.state);
+        self.window.with_local_mut(|bytes| {
+            let mut w = vec![0f32; dim];
+            for (&r, g) in rows.iter().zip(sums.chunks_exact(dim)) {
+                let r = r as usize;
+                let b = &mut bytes[r * 4 * dim..(r + 1) * 4 * dim];
+                decode_row(Dtype::F32, b, &mut w);
+                apply_update(&opt, lr, &mut w, g, &mut state[r * per..(r + 1) * per]);
+                encode_row(Dtype::F32, &w, b);
+            }
+        });
+    }
+}
+
+/// Held rows `first, first + step, ...` of a [`Learned`], as rows `0, 1, ...`.
+pub(super) struct Share<'l> {
+    l: &'l Learned<'l>,
+    first: usize,
+    step: usize,
+}
+
+impl crate::embeddings::RowSource for Share<'_> {
+    fn dim(&self) -> usize {
+        self.l.dim
+    }
+
+    fn with_rows(&self, f: &mut dyn FnMut(crate::embeddings::ReadRow)) {
+        let (rb, first, step) = (4 * self.l.dim, self.first, self.step);
+        self.l.window.with_local(|bytes| {
+            f(&|i, out| {
+                let r = first + i * step;
+                decode_row(Dtype::F32, &bytes[r * rb..(r + 1) * rb], out)
+            });
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn initial_rows_are_spread_and_independent_of_the_place() {
+        let dim = 64;
+        let row: Vec<f32> = (0..dim).map(|j| initial(3, 17, j, dim)).collect();
+        let a = (3.0f32 / dim as f32).sqrt();
+        assert!(row.iter().all(|x| x.abs() < a));
+        let sq: f32 = row.iter().map(|x| x * x).sum();
+        assert!((0.6..1.4).contains(&sq), "squared norm {sq}");
+        assert_ne!(row[0], initial(3, 18, 0, dim));
+        assert_ne!(row[0], initial(4, 17, 0, dim));
+        assert_eq!(row[5], initial(3, 17, 5, dim));
+    }
+}
