@@ -12,8 +12,10 @@ use crate::graph::partition::Scheme;
 mod check;
 mod defaults;
 mod raw;
+mod sage;
 pub use defaults::*;
 pub use raw::RawTrain;
+pub use sage::*;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -258,104 +260,6 @@ pub struct TrainConfig {
     pub sage: Option<SageSettings>,
     #[serde(skip)]
     pub inject_fault: Option<Fault>,
-}
-
-/// GraphSAGE's settings (`model::sage`, `train::sage`).
-#[derive(Clone, Debug, Serialize)]
-pub struct SageSettings {
-    pub hidden: usize,
-    /// Per hop, the seeds' first: one layer each.
-    pub fanout: Vec<usize>,
-    pub dropout: f32,
-    pub weight_decay: f32,
-    pub feature_norm: FeatureNorm,
-    pub aggregator: crate::model::sage::Aggregator,
-    /// What a node's input row is (`--input`).
-    pub input: SageInput,
-    /// The learnable rows' width (`--dim`; with `--input learned|both`).
-    pub learned_dim: usize,
-}
-
-/// A GraphSAGE node's input row (`--input`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum SageInput {
-    /// Its feature row.
-    Features,
-    /// A learnable row of `--dim` values, sharded by owner as the walk models' rows are.
-    Learned,
-    /// Its feature row and a learnable row, side by side.
-    Both,
-}
-
-impl SageInput {
-    pub fn features(self) -> bool {
-        self != SageInput::Learned
-    }
-
-    pub fn learned(self) -> bool {
-        self != SageInput::Features
-    }
-}
-
-/// GraphSAGE's feature scaling (`--feature-norm`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum FeatureNorm {
-    /// Rows to sum 1 when no feature is negative.
-    Auto,
-    Row,
-    None,
-}
-
-impl SageSettings {
-    /// The settings of `--model sage` from the flags given.
-    fn from_raw(r: &RawTrain) -> Result<SageSettings> {
-        let fanout = match &r.fanout {
-            None => vec![25, 10],
-            Some(t) => t
-                .split(',')
-                .map(|x| x.trim().parse::<usize>().ok().filter(|&f| f > 0))
-                .collect::<Option<Vec<usize>>>()
-                .filter(|f| (1..=4).contains(&f.len()))
-                .ok_or_else(|| {
-                    Error::config(format!(
-                        "--fanout '{t}': 1 to 4 positive counts separated by commas, the seeds' hop first (25,10)"
-                    ))
-                })?,
-        };
-        let s = SageSettings {
-            hidden: r.hidden.unwrap_or(128),
-            fanout,
-            dropout: r.dropout.unwrap_or(0.5),
-            weight_decay: r.weight_decay.unwrap_or(5e-4),
-            feature_norm: r.feature_norm.unwrap_or(FeatureNorm::Auto),
-            aggregator: r.aggregator.unwrap_or(crate::model::sage::Aggregator::Mean),
-            input: r.input.unwrap_or(SageInput::Features),
-            learned_dim: r.dim.unwrap_or(128),
-        };
-        let mut errs = Vec::new();
-        if r.dim.is_some() && !s.input.learned() {
-            errs.push("--dim sets the width of GraphSAGE's learnable input rows: give it with --input learned or both");
-        }
-        if s.input.learned() && !(1..=65536).contains(&s.learned_dim) {
-            errs.push("--dim must be 1 to 65536");
-        }
-        if !(1..=65536).contains(&s.hidden) {
-            errs.push("--hidden must be 1 to 65536");
-        }
-        if !(0.0..1.0).contains(&s.dropout) {
-            errs.push("--dropout must be in [0, 1)");
-        }
-        if !(s.weight_decay.is_finite() && s.weight_decay >= 0.0) {
-            errs.push("--weight-decay must be >= 0");
-        }
-        if errs.is_empty() {
-            Ok(s)
-        } else {
-            Err(Error::config(errs.join("; ")))
-        }
-    }
 }
 
 /// The knowledge-graph models' settings: what `model::kge` and the triples' work source read.

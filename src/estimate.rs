@@ -130,7 +130,7 @@ pub struct SageShape<'a> {
 
 /// A GraphSAGE rank at its largest: the process before loading, the adjacency and feature
 /// rows, then the larger of the load's transients and training's needs. Training holds the
-/// labels and split (5 bytes per node; 17 while read), the training order (16 bytes per
+/// labels and split (13 bytes per node: class offsets, classes and split; 17 while read), the training order (16 bytes per
 /// training node), the cache, a step's input rows in f32 and its blocks, the model's buffers
 /// (the larger of a step's saved activations and backward and an inference chunk's), and
 /// layer-wise inference's (the hidden rows of `layer_rows` nodes, a chunk's input rows, the
@@ -139,7 +139,7 @@ pub fn sage_estimate(process: u64, h: &SageHeld, s: &SageShape) -> SageEstimate 
     let (dims, layers) = (s.dims, s.fanout.len());
     let widest = *dims.iter().max().unwrap_or(&1) as u64;
     let (cols, classes) = (dims[0] as u64, *dims.last().unwrap_or(&1) as u64);
-    let labels = 5 * s.nodes + 16 * s.train;
+    let labels = 13 * s.nodes + 16 * s.train;
     // Nodes per hop from the seeds (hop 0) to the input rows (hop `layers`): layer l maps
     // hop `layers - l` onto hop `layers - 1 - l`.
     let mut hop = vec![s.seeds];

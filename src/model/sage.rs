@@ -21,7 +21,18 @@ use crate::sample::Rng;
 pub struct Batch<'a> {
     pub blocks: &'a [Block],
     pub x: &'a [f32],
-    pub labels: &'a [u32],
+    pub labels: Targets<'a>,
+}
+
+/// The seeds' labels.
+#[derive(Clone, Copy)]
+pub enum Targets<'a> {
+    /// One class per seed: softmax cross-entropy.
+    Single(&'a [u32]),
+    /// Any number of classes per seed (seed i's are `ids[offsets[i]..offsets[i + 1]]`): a
+    /// sigmoid cross-entropy per class (multi-label; a class is predicted when its score is
+    /// above 0).
+    Multi { offsets: &'a [u32], ids: &'a [u32] },
 }
 
 /// How a node's neighbours are combined with it (`--aggregator`).
@@ -215,10 +226,11 @@ impl Sage {
         &w.saved.last().expect("layers").out
     }
 
-    /// Softmax cross-entropy of the seeds against `labels` (one class each), its gradient
-    /// added into `grads` (as `params`), and the gradient of the input rows `x` into `gx`
-    /// when given (learnable input rows). Returns the summed loss and the seeds predicted
-    /// right.
+    /// The loss of the seeds against their labels (softmax cross-entropy for one class each,
+    /// a sigmoid cross-entropy per class for several), its gradient added into `grads` (as
+    /// `params`), and the gradient of the input rows `x` into `gx` when given (learnable input
+    /// rows). Returns the summed loss and the seeds predicted right (multi-label: whose
+    /// predicted set is their labels).
     pub fn train_step(
         &self,
         batch: &Batch,
@@ -245,7 +257,12 @@ impl Sage {
         self.forward(w, blocks, x, (dropout > 0.0).then_some((dropout, rng)));
         let classes = *self.dims.last().expect("dims");
         let scores = &w.saved.last().expect("layers").out;
-        let (loss, correct) = softmax_xent(scores, labels, classes, &mut w.dz);
+        let (loss, correct) = match labels {
+            Targets::Single(y) => softmax_xent(scores, y, classes, &mut w.dz),
+            Targets::Multi { offsets, ids } => {
+                sigmoid_xent(scores, (offsets, ids), classes, &mut w.dz)
+            }
+        };
         for l in (0..blocks.len()).rev() {
             let b = &blocks[l];
             let (din, dout) = (self.dims[l], self.dims[l + 1]);
@@ -393,6 +410,40 @@ fn softmax_xent(
     (loss, correct)
 }
 
+/// Summed sigmoid cross-entropy of `scores` (rows of `classes`) against each row's label set
+/// (`ids[offsets[i]..offsets[i + 1]]`) and the rows whose predicted set (scores above 0) is
+/// their set; the gradient of the summed loss into `grad`.
+fn sigmoid_xent(
+    scores: &[f32],
+    (offsets, ids): (&[u32], &[u32]),
+    classes: usize,
+    grad: &mut Vec<f32>,
+) -> (f64, usize) {
+    zeroed(grad, scores.len());
+    let (mut loss, mut correct) = (0f64, 0usize);
+    let mut truth = vec![false; classes];
+    for (i, (s, g)) in scores
+        .chunks_exact(classes)
+        .zip(grad.chunks_exact_mut(classes))
+        .enumerate()
+    {
+        truth.iter_mut().for_each(|t| *t = false);
+        for &c in &ids[offsets[i] as usize..offsets[i + 1] as usize] {
+            truth[c as usize] = true;
+        }
+        let mut all_right = true;
+        for ((&x, gi), &t) in s.iter().zip(g.iter_mut()).zip(&truth) {
+            // log(1 + e^x) - t x, stable for either sign of x.
+            let softplus = x.max(0.0) + (-x.abs()).exp().ln_1p();
+            loss += f64::from(softplus - if t { x } else { 0.0 });
+            *gi = 1.0 / (1.0 + (-x).exp()) - f32::from(u8::from(t));
+            all_right &= (x > 0.0) == t;
+        }
+        correct += usize::from(all_right);
+    }
+    (loss, correct)
+}
+
 /// Adam (Kingma and Ba) over a flat parameter vector, with L2 weight decay added to the
 /// gradient (as PyTorch's `Adam(weight_decay=...)`).
 #[derive(Clone, Debug)]
@@ -462,27 +513,34 @@ mod tests {
         ]
     }
 
-    /// The hand-written gradients (weights and input rows) match central differences.
+    /// The hand-written gradients (weights and input rows) match central differences, for
+    /// either aggregator and either loss (one class per seed; a set per seed, one empty).
     #[test]
     fn gradients_match_finite_differences() {
+        let single = Targets::Single(&[2, 0]);
+        let multi = Targets::Multi {
+            offsets: &[0, 2, 2],
+            ids: &[0, 2],
+        };
         for aggregator in [Aggregator::Mean, Aggregator::Gcn] {
-            gradients_match_for(aggregator);
+            for labels in [single, multi] {
+                gradients_match_for(aggregator, labels);
+            }
         }
     }
 
-    fn gradients_match_for(aggregator: Aggregator) {
+    fn gradients_match_for(aggregator: Aggregator, labels: Targets) {
         let mut r = rng(1);
         let sage = Sage::with_aggregator(&[5, 6, 3], aggregator, &mut r);
         assert_eq!(sage.params.len(), Sage::param_count(&[5, 6, 3], aggregator));
         let x: Vec<f32> = (0..7 * 5).map(|_| r.random_range(-1.0..1.0)).collect();
-        let labels = [2u32, 0];
         let b = blocks();
         let loss = |s: &Sage, x: &[f32]| {
             let mut g = vec![0f32; s.params.len()];
             let batch = Batch {
                 blocks: &b,
                 x,
-                labels: &labels,
+                labels,
             };
             s.train_step(&batch, 0.0, &mut rng(0), &mut g, None).0
         };
@@ -491,7 +549,7 @@ mod tests {
         let batch = Batch {
             blocks: &b,
             x: &x,
-            labels: &labels,
+            labels,
         };
         sage.train_step(&batch, 0.0, &mut rng(0), &mut g, Some(&mut gx));
         let h = 1e-2f32;
@@ -548,7 +606,7 @@ mod tests {
             let batch = Batch {
                 blocks: &b,
                 x: &x,
-                labels: &labels,
+                labels: Targets::Single(&labels),
             };
             sage.train_step(&batch, 0.2, &mut r, &mut g, None);
             g.iter_mut().for_each(|v| *v /= n as f32);

@@ -199,8 +199,9 @@ impl<'a> Learned<'a> {
     }
 
     /// The rows of `input` (in order, `dim` each) into `out`: this rank's from its window, the
-    /// others' read one-sidedly from their owners.
-    pub(super) fn read(&self, input: &[u64], m: &mut RankMetrics, out: &mut Vec<f32>) {
+    /// others' read one-sidedly from their owners (their bytes counted in `m`; the rows too when
+    /// they are the whole input rows, `alone`).
+    fn read(&self, input: &[u64], alone: bool, m: &mut RankMetrics, out: &mut Vec<f32>) {
         let (dim, me) = (self.dim, self.comm.rank());
         let rb = 4 * dim;
         out.clear();
@@ -215,7 +216,7 @@ impl<'a> Learned<'a> {
                         &bytes[r * rb..(r + 1) * rb],
                         &mut out[i * dim..(i + 1) * dim],
                     );
-                    m.local_rows += 1;
+                    m.local_rows += u64::from(alone);
                 } else {
                     remote[o].push((i as u32, r as u32));
                 }
@@ -227,7 +228,9 @@ impl<'a> Learned<'a> {
                 let i = i as usize;
                 decode_row(Dtype::F32, row, &mut out[i * dim..(i + 1) * dim]);
             });
-        m.remote_rows += count as u64;
+        if alone {
+            m.cache_misses += count as u64;
+        }
         m.fetch_bytes += (count * rb) as u64;
         m.one_sided_bytes += (count * rb) as u64;
     }
@@ -242,7 +245,7 @@ impl<'a> Learned<'a> {
         scratch: &mut Vec<f32>,
         m: &mut RankMetrics,
     ) {
-        self.read(input, m, scratch);
+        self.read(input, cols == 0, m, scratch);
         if cols == 0 {
             std::mem::swap(x, scratch);
             return;

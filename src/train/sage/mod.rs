@@ -25,7 +25,7 @@ use crate::config::{FeatureNorm, SageInput, SageSettings, Strategy, TrainConfig}
 use crate::error::{Error, Result};
 use crate::estimate::{SageHeld, SageShape};
 use crate::graph::nodedata::{self, TEST, TRAIN, VALID};
-use crate::model::sage::{Adam, Aggregator, Batch, Sage, Work};
+use crate::model::sage::{Adam, Aggregator, Batch, Sage, Targets, Work};
 use crate::sample::neighbors::Block;
 use crate::sample::{rng_for, Rng};
 use crate::spmd::agree;
@@ -98,9 +98,11 @@ fn scale_rows(x: &mut [f32], cols: usize) {
     }
 }
 
-/// Every node's class and split, whole on every rank (`num_nodes` x 5 bytes).
+/// Every node's classes and split, whole on every rank (about 13 bytes per node).
 struct Labelled {
-    y: Vec<u32>,
+    labels: nodedata::Labels,
+    /// Whether some node has several classes: the sigmoid loss, micro-F1 for validation.
+    multi: bool,
     classes: usize,
     split: Vec<u8>,
 }
@@ -118,16 +120,7 @@ impl Labelled {
         };
         let labels = labels.ok_or_else(|| missing("node labels", "--labels"))?;
         let split = split.ok_or_else(|| missing("a split", "--split or --train-fraction"))?;
-        if labels.multilabel() {
-            return Err(Error::bad_input(
-                path,
-                "multi-label nodes: --model sage trains one class per node so far (a sigmoid loss for several is issue 34's next part)",
-            ));
-        }
         let n = split.len();
-        let y: Vec<u32> = (0..n)
-            .map(|v| labels.of(v).first().copied().unwrap_or(0))
-            .collect();
         let unlabelled = (0..n).find(|&v| split[v] != nodedata::NONE && labels.of(v).is_empty());
         if let Some(v) = unlabelled {
             return Err(Error::bad_input(
@@ -136,10 +129,21 @@ impl Labelled {
             ));
         }
         Ok(Labelled {
-            y,
+            multi: labels.multilabel(),
             classes: labels.num_classes as usize,
+            labels,
             split,
         })
+    }
+
+    /// What the progress lines call the share of training seeds predicted right and the
+    /// validation and test score.
+    fn names(&self) -> (&'static str, &'static str) {
+        if self.multi {
+            ("exact match", "micro-F1")
+        } else {
+            ("accuracy", "accuracy")
+        }
     }
 
     fn nodes(&self, code: u8) -> Vec<u64> {
@@ -147,6 +151,73 @@ impl Labelled {
             .filter(|&v| self.split[v as usize] == code)
             .collect()
     }
+
+    /// The labels of `seeds` into `buf` (offsets, then classes), as the model takes them.
+    fn targets<'b>(&self, seeds: &[u64], buf: &'b mut (Vec<u32>, Vec<u32>)) -> Targets<'b> {
+        let (offsets, ids) = buf;
+        offsets.clear();
+        ids.clear();
+        offsets.push(0);
+        for &v in seeds {
+            ids.extend_from_slice(self.labels.of(v as usize));
+            offsets.push(ids.len() as u32);
+        }
+        if self.multi {
+            Targets::Multi { offsets, ids }
+        } else {
+            Targets::Single(ids)
+        }
+    }
+
+    /// Per class the true positives, false positives and false negatives of the nodes of split
+    /// `code` among `nodes` with their `scores`, then the nodes predicted exactly right and all
+    /// of them. A node is predicted with as many classes as it truly has, the top-scoring ones
+    /// (one class: the top score's), as `eval nodeclf` and the published protocol of the
+    /// multi-label benchmarks predict.
+    fn counts(&self, nodes: &[u64], scores: &[f32], code: u8) -> Vec<u64> {
+        let k = self.classes.max(2);
+        let mut c = vec![0u64; 3 * k + 2];
+        let (mut predicted, mut order) = (vec![false; k], Vec::with_capacity(k));
+        for (i, &v) in nodes.iter().enumerate() {
+            if self.split[v as usize] != code {
+                continue;
+            }
+            let row = &scores[i * k..(i + 1) * k];
+            let truth = self.labels.of(v as usize);
+            order.clear();
+            order.extend(0..k);
+            order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+            predicted.iter_mut().for_each(|p| *p = false);
+            for &j in &order[..truth.len().min(k)] {
+                predicted[j] = true;
+            }
+            let mut exact = true;
+            for (j, &p) in predicted.iter().enumerate() {
+                let t = truth.contains(&(j as u32));
+                match (p, t) {
+                    (true, true) => c[j] += 1,
+                    (true, false) => c[k + j] += 1,
+                    (false, true) => c[2 * k + j] += 1,
+                    (false, false) => {}
+                }
+                exact &= p == t;
+            }
+            c[3 * k] += u64::from(exact);
+            c[3 * k + 1] += 1;
+        }
+        c
+    }
+}
+
+/// Micro-F1 of per-class counts (`counts`' layout, `k` classes): the accuracy with one class
+/// per node.
+fn micro_f1(c: &[u64], k: usize) -> f64 {
+    let (tp, fp, fn_) = (
+        c[..k].iter().sum::<u64>(),
+        c[k..2 * k].iter().sum::<u64>(),
+        c[2 * k..3 * k].iter().sum::<u64>(),
+    );
+    2.0 * tp as f64 / (2 * tp + fp + fn_).max(1) as f64
 }
 
 /// Every node's class scores of this rank's share (layer-wise, every neighbour), with the
@@ -181,21 +252,11 @@ impl Scored {
         }
     }
 
-    /// Collective: the share of the nodes of split `code` predicted right.
+    /// Collective: the micro-F1 of the nodes of split `code` (with one class per node, the
+    /// share predicted right).
     fn accuracy(&self, comm: &Comm, l: &Labelled, code: u8) -> f64 {
-        let k = l.classes.max(2);
-        let (mut right, mut all) = (0u64, 0u64);
-        for (i, &v) in self.nodes.iter().enumerate() {
-            if l.split[v as usize] != code {
-                continue;
-            }
-            let row = &self.scores[i * k..(i + 1) * k];
-            let top = (0..k).max_by(|&a, &b| row[a].total_cmp(&row[b]));
-            right += u64::from(top == Some(l.y[v as usize] as usize));
-            all += 1;
-        }
-        let g = comm.all_reduce_u64(&[right, all], ReduceOp::Sum);
-        g[0] as f64 / g[1].max(1) as f64
+        let c = comm.all_reduce_u64(&l.counts(&self.nodes, &self.scores, code), ReduceOp::Sum);
+        micro_f1(&c, l.classes.max(2))
     }
 }
 
@@ -228,6 +289,8 @@ struct Bufs {
     /// The input rows' gradients and the learnable rows read (`--input learned|both`).
     gx: Vec<f32>,
     scratch: Vec<f32>,
+    /// A step's labels: offsets and classes.
+    labels: (Vec<u32>, Vec<u32>),
 }
 
 impl Epochs<'_> {
@@ -256,12 +319,11 @@ impl Epochs<'_> {
             self.m.seconds.sample += ts.secs();
             let (mut lo, mut c) = (0f64, 0usize);
             if !mine.is_empty() {
-                let labels: Vec<u32> = mine.iter().map(|&v| l.y[v as usize]).collect();
                 let tc = Timer::start();
                 let batch = Batch {
                     blocks: &blocks,
                     x: &self.b.rows,
-                    labels: &labels,
+                    labels: l.targets(&mine, &mut self.b.labels),
                 };
                 (lo, c) = sage.train_step_in(
                     &mut self.b.work,
@@ -296,6 +358,60 @@ impl Epochs<'_> {
             self.progress.tick(done, &self.m, self.adam.lr);
         }
         (loss, right)
+    }
+
+    /// Collective: the epochs, each followed by scoring every node and the validation split;
+    /// the parameters (and learnable rows) of the best validation epoch are kept, and
+    /// `--patience` epochs without a better one stop training. Returns the best validation
+    /// score, its parameters and its scores (the output's and the test's: layer-wise inference
+    /// is deterministic, so scoring those parameters again would give the same), with the
+    /// bytes this rank sent for scoring.
+    fn train(
+        &mut self,
+        sage: &mut Sage,
+        src: &mut dyn Source,
+        (train, shared): (&[u64], &mut Rng),
+        cfg: &TrainConfig,
+    ) -> ((f64, Vec<f32>, Option<Scored>), u64) {
+        let (comm, l) = (self.comm, self.l);
+        let (mut best, mut best_params, mut since) = (-1f64, sage.params.clone(), 0u32);
+        let (mut best_scored, mut eval_sent) = (None, 0);
+        let mut order = train.to_vec();
+        for epoch in 0..cfg.epochs {
+            self.epoch.0 = epoch;
+            order.shuffle(shared);
+            let (loss, right) = self.epoch(sage, src, &order);
+            let te = Timer::start();
+            let scored = Scored::new(comm, sage, src, &mut self.b.work, self.learned.as_ref());
+            let v = scored.accuracy(comm, l, VALID);
+            self.m.eval_seconds += te.secs();
+            self.m.valid_accuracy.push(v);
+            eval_sent += scored.sent;
+            if comm.rank() == 0 {
+                eprintln!(
+                    "graphscale: epoch {:>3}  loss {:.4}  train {} {:.3}  valid {} {v:.3}",
+                    epoch + 1,
+                    loss / train.len() as f64,
+                    l.names().0,
+                    right / train.len() as f64,
+                    l.names().1,
+                );
+            }
+            if v > best {
+                (best, since) = (v, 0);
+                best_params.clone_from(&sage.params);
+                if let Some(lr) = &mut self.learned {
+                    lr.keep();
+                }
+                best_scored = Some(scored);
+            } else {
+                since += 1;
+                if cfg.kg.patience.is_some_and(|p| since >= p) {
+                    break;
+                }
+            }
+        }
+        ((best, best_params, best_scored), eval_sent)
     }
 }
 
@@ -541,12 +657,6 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         &l,
     )?;
     let t = Timer::start();
-    let (mut best, mut best_params, mut since) = (-1f64, sage.params.clone(), 0u32);
-    // The best validation epoch's scores of every node: the output's and the test's (layer-wise
-    // inference is deterministic: scoring its parameters again would give the same).
-    let mut best_scored = None;
-    let mut order = train.clone();
-    let mut eval_sent = 0;
     let mut ep = Epochs {
         comm,
         l: &l,
@@ -562,44 +672,8 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         progress: super::Progress::sage(comm.rank() == 0),
         epoch: (0, cfg.epochs),
     };
-    for epoch in 0..cfg.epochs {
-        ep.epoch.0 = epoch;
-        order.shuffle(&mut shared);
-        let (loss, right) = ep.epoch(&mut sage, src.as_mut(), &order);
-        let te = Timer::start();
-        let scored = Scored::new(
-            comm,
-            &sage,
-            src.as_mut(),
-            &mut ep.b.work,
-            ep.learned.as_ref(),
-        );
-        let v = scored.accuracy(comm, &l, VALID);
-        ep.m.eval_seconds += te.secs();
-        ep.m.valid_accuracy.push(v);
-        eval_sent += scored.sent;
-        if comm.rank() == 0 {
-            eprintln!(
-                "graphscale: epoch {:>3}  loss {:.4}  train accuracy {:.3}  valid accuracy {v:.3}",
-                epoch + 1,
-                loss / train.len() as f64,
-                right / train.len() as f64
-            );
-        }
-        if v > best {
-            (best, since) = (v, 0);
-            best_params.clone_from(&sage.params);
-            if let Some(lr) = &mut ep.learned {
-                lr.keep();
-            }
-            best_scored = Some(scored);
-        } else {
-            since += 1;
-            if cfg.kg.patience.is_some_and(|p| since >= p) {
-                break;
-            }
-        }
-    }
+    let (best, eval_sent) = ep.train(&mut sage, src.as_mut(), (&train, &mut shared), cfg);
+    let (best, best_params, best_scored) = best;
     let (mut m, mut b, mut learned) = (ep.m, ep.b, ep.learned);
     if let Some(lr) = &mut learned {
         lr.restore();
@@ -616,7 +690,12 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     };
     let acc = scored.accuracy(comm, &l, TEST);
     if comm.rank() == 0 {
-        eprintln!("graphscale: test accuracy {acc:.4} (the best validation epoch's parameters: valid accuracy {best:.4})");
+        let name = l.names().1;
+        if l.split.contains(&TEST) {
+            eprintln!("graphscale: test {name} {acc:.4} (the best validation epoch's parameters: valid {name} {best:.4})");
+        } else {
+            eprintln!("graphscale: no test nodes in the split (the best validation epoch's parameters: valid {name} {best:.4})");
+        }
     }
     finish(comm, cfg, (&sage, learned.as_ref()), &l, (m, scored))
 }
@@ -834,26 +913,7 @@ pub fn evaluate(comm: &Comm, model: &Path, graph: &Path) -> Result<Vec<(String, 
     );
     let mut out = Vec::new();
     for (name, code) in [("train", TRAIN), ("valid", VALID), ("test", TEST)] {
-        // Per class: true positives, false positives, false negatives; then right and all.
-        let mut c = vec![0u64; 3 * k + 2];
-        for (i, &v) in scored.nodes.iter().enumerate() {
-            if l.split[v as usize] != code {
-                continue;
-            }
-            let row = &scored.scores[i * k..(i + 1) * k];
-            let top = (0..k)
-                .max_by(|&a, &b| row[a].total_cmp(&row[b]))
-                .expect("classes");
-            let y = l.y[v as usize] as usize;
-            if top == y {
-                c[y] += 1;
-                c[3 * k] += 1;
-            } else {
-                c[k + top] += 1;
-                c[2 * k + y] += 1;
-            }
-            c[3 * k + 1] += 1;
-        }
+        let c = l.counts(&scored.nodes, &scored.scores, code);
         let c = comm.all_reduce_u64(&c, ReduceOp::Sum);
         let all = c[3 * k + 1];
         if all == 0 {
@@ -863,13 +923,12 @@ pub fn evaluate(comm: &Comm, model: &Path, graph: &Path) -> Result<Vec<(String, 
             .filter(|&j| c[j] + c[k + j] + c[2 * k + j] > 0)
             .map(|j| 2.0 * c[j] as f64 / (2 * c[j] + c[k + j] + c[2 * k + j]) as f64)
             .collect();
-        let accuracy = c[3 * k] as f64 / all as f64;
         out.push((
             name.to_string(),
             SplitScores {
                 nodes: all,
-                accuracy,
-                micro_f1: accuracy,
+                accuracy: c[3 * k] as f64 / all as f64,
+                micro_f1: micro_f1(&c, k),
                 macro_f1: f1s.iter().sum::<f64>() / f1s.len().max(1) as f64,
             },
         ));
