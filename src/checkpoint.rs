@@ -93,7 +93,7 @@ pub fn identity(cfg: &TrainConfig, g: &LocalGraph, digest: u64) -> serde_json::V
 }
 
 /// Names and values that differ between two identities, as `name: checkpoint X, this run Y`.
-fn differences(saved: &serde_json::Value, now: &serde_json::Value) -> Vec<String> {
+pub(crate) fn differences(saved: &serde_json::Value, now: &serde_json::Value) -> Vec<String> {
     let (Some(a), Some(b)) = (saved.as_object(), now.as_object()) else {
         return vec!["the identity attribute is not a JSON object".into()];
     };
@@ -245,7 +245,7 @@ pub fn write_shard(path: &Path, s: &Snapshot) -> Result<()> {
     fsync(path)
 }
 
-fn fsync(path: &Path) -> Result<()> {
+pub(crate) fn fsync(path: &Path) -> Result<()> {
     std::fs::File::open(path)
         .and_then(|f| f.sync_all())
         .map_err(|e| Error::io(path, e))
@@ -693,7 +693,7 @@ pub fn restore(
 }
 
 /// Committed versions (at most the one `LATEST` names, with a manifest), newest first.
-fn candidates(dir: &Path) -> Result<Vec<(u64, Vec<FileSum>)>> {
+pub(crate) fn candidates(dir: &Path) -> Result<Vec<(u64, Vec<FileSum>)>> {
     let Some(latest) = latest(dir)? else {
         return Ok(Vec::new());
     };

@@ -785,3 +785,62 @@ fn multi_label_nodes_train_with_a_sigmoid_per_class() {
     );
     assert!(v.get("test").is_none(), "{v}");
 }
+
+/// `--checkpoint-dir` with GraphSAGE commits a checkpoint at the end of an epoch (weights,
+/// Adam's state, the best epoch, learnable rows); `--resume` continues from it as if never
+/// stopped (each epoch draws from streams of the seed and the epoch: the same numbers as the
+/// uninterrupted run), also at another rank count under mpirun; another run's settings are
+/// refused naming what differs.
+#[test]
+fn sage_resumes_from_its_checkpoint_at_any_rank_count() {
+    let d = tmp();
+    let g = cora(d.path());
+    let ck = p(d.path(), "ck");
+    let common = [
+        "--graph",
+        s(&g),
+        "--model",
+        "sage",
+        "--input",
+        "both",
+        "--dim",
+        "16",
+        "--threads",
+        "1",
+    ];
+    let whole = trace(&succeeded(&common, &["--epochs", "4"]));
+    assert_eq!(whole.len(), 5, "{whole:?}");
+    let every = ["--checkpoint-dir", s(&ck), "--checkpoint-every", "1"];
+    let first = succeeded(&common, &[&every[..], &["--epochs", "2"]].concat());
+    assert_eq!(trace(&first)[..2], whole[..2]);
+    assert!(ck.join("LATEST").is_file(), "no committed checkpoint");
+    let resumed = succeeded(
+        &common,
+        &[&every[..], &["--epochs", "4", "--resume", s(&ck)]].concat(),
+    );
+    assert!(
+        resumed.stderr.contains("resuming from checkpoint")
+            && resumed.stderr.contains("2 epochs done"),
+        "{}",
+        resumed.all()
+    );
+    assert_eq!(trace(&resumed), whole[2..], "resumed at 1 rank");
+    // The checkpoint of 4 epochs at 3 ranks: learnable rows routed to their new owners.
+    let o = succeeded_under_mpirun(
+        3,
+        &[&common[..], &["--epochs", "5", "--resume", s(&ck)]].concat(),
+    );
+    let t = trace(&o);
+    assert!(t[0].contains("epoch   5") && t.len() == 2, "{t:?}");
+    assert!(o.stderr.contains("1 ranks then, 3 now"), "{}", o.all());
+    let other = run(
+        60,
+        &[&common[..], &["--hidden", "64", "--resume", s(&ck)]].concat(),
+    );
+    assert_ne!(other.code, 0);
+    assert!(
+        other.stderr.contains("refusing to resume") && other.stderr.contains("dims"),
+        "{}",
+        other.all()
+    );
+}

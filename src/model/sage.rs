@@ -466,6 +466,20 @@ impl Adam {
         }
     }
 
+    /// The moments and the step count (a checkpoint's).
+    pub fn state(&self) -> (&[f32], &[f32], i32) {
+        (&self.m, &self.v, self.t)
+    }
+
+    /// Back to a saved [`Adam::state`]; `false` when its lengths are not this optimizer's.
+    pub fn restore(&mut self, m: Vec<f32>, v: Vec<f32>, t: i32) -> bool {
+        if m.len() != self.m.len() || v.len() != self.v.len() {
+            return false;
+        }
+        (self.m, self.v, self.t) = (m, v, t);
+        true
+    }
+
     /// One step on `params` with the mean gradient `grads`.
     pub fn step(&mut self, params: &mut [f32], grads: &[f32]) {
         const B1: f32 = 0.9;

@@ -50,6 +50,8 @@ fn locate(part: Option<&Partitioner>, me: usize, v: u64) -> (usize, usize) {
 pub(super) struct Learned<'a> {
     comm: &'a Comm,
     pub(super) dim: usize,
+    /// Nodes of the graph: rows over all ranks.
+    nodes: u64,
     /// Sharded: whose row a node's is. Replicated (`None`): every rank holds every row.
     part: Option<Partitioner>,
     /// The rows this rank holds (f32), readable by the other ranks.
@@ -95,6 +97,7 @@ impl<'a> Learned<'a> {
         Learned {
             comm,
             dim,
+            nodes,
             part,
             window,
             state: vec![0.0; held * Optimizer::Adam.state_per_row(dim)],
@@ -117,6 +120,62 @@ impl<'a> Learned<'a> {
         });
     }
 
+    /// The held rows' global ids, their values, their Adam state and the best epoch's copy (a
+    /// checkpoint's; the copy empty when none was kept).
+    pub(super) fn parts(&self) -> (Vec<u64>, Vec<f32>, &[f32], Vec<f32>) {
+        let me = self.comm.rank();
+        let ids = (0..self.held())
+            .map(|r| self.part.as_ref().map_or(r as u64, |p| p.global(me, r)))
+            .collect();
+        let as_f32 = |b: &[u8]| -> Vec<f32> {
+            b.chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+                .collect()
+        };
+        let rows = self.window.with_local(as_f32);
+        (ids, rows, &self.state, as_f32(&self.kept))
+    }
+
+    /// Install saved rows of `ids` that this rank holds (others are skipped): values, Adam
+    /// state and the best epoch's copy (`kept` empty when the checkpoint had none). Returns the
+    /// rows installed.
+    pub(super) fn install(
+        &mut self,
+        ids: &[u64],
+        rows: &[f32],
+        state: &[f32],
+        kept: &[f32],
+    ) -> usize {
+        let (me, dim) = (self.comm.rank(), self.dim);
+        let per = Optimizer::Adam.state_per_row(dim);
+        if !kept.is_empty() && self.kept.is_empty() {
+            self.window.with_local(|b| self.kept = b.to_vec());
+        }
+        let part = self.part.clone();
+        let (st, kp) = (&mut self.state, &mut self.kept);
+        let mut n = 0;
+        self.window.with_local_mut(|bytes| {
+            for (i, &v) in ids.iter().enumerate() {
+                let (o, r) = locate(part.as_ref(), me, v);
+                if o != me {
+                    continue;
+                }
+                let row = &rows[i * dim..(i + 1) * dim];
+                encode_row(Dtype::F32, row, &mut bytes[r * 4 * dim..(r + 1) * 4 * dim]);
+                st[r * per..(r + 1) * per].copy_from_slice(&state[i * per..(i + 1) * per]);
+                if !kept.is_empty() {
+                    encode_row(
+                        Dtype::F32,
+                        &kept[i * dim..(i + 1) * dim],
+                        &mut kp[r * 4 * dim..(r + 1) * 4 * dim],
+                    );
+                }
+                n += 1;
+            }
+        });
+        n
+    }
+
     /// Collective: back to the rows kept last, if any.
     pub(super) fn restore(&mut self) {
         if !self.kept.is_empty() {
@@ -125,6 +184,11 @@ impl<'a> Learned<'a> {
                 .with_local_mut(|bytes| bytes.copy_from_slice(kept));
         }
         self.comm.barrier();
+    }
+
+    /// Rows over all ranks (the graph's nodes).
+    pub(super) fn nodes(&self) -> u64 {
+        self.nodes
     }
 
     /// The rows this rank holds.

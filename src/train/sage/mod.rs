@@ -11,6 +11,8 @@
 //! epoch are kept, and `--patience` epochs without a better one end training. The output holds
 //! the weights, the effective configuration and every node's class scores (`embeddings`).
 
+mod ckpt;
+mod labels;
 mod learned;
 mod sharded;
 mod whole;
@@ -25,13 +27,14 @@ use crate::config::{FeatureNorm, SageInput, SageSettings, Strategy, TrainConfig}
 use crate::error::{Error, Result};
 use crate::estimate::{SageHeld, SageShape};
 use crate::graph::nodedata::{self, TEST, TRAIN, VALID};
-use crate::model::sage::{Adam, Aggregator, Batch, Sage, Targets, Work};
+use crate::model::sage::{Adam, Aggregator, Batch, Sage, Work};
 use crate::sample::neighbors::Block;
 use crate::sample::{rng_for, Rng};
 use crate::spmd::agree;
 use crate::stats::{RankMetrics, Timer};
 
 use super::Outcome;
+use labels::{micro_f1, Labelled};
 use learned::Learned;
 use sharded::Sharded;
 use std::sync::atomic::Ordering::Relaxed;
@@ -96,128 +99,6 @@ fn scale_rows(x: &mut [f32], cols: usize) {
             row.iter_mut().for_each(|v| *v /= sum);
         }
     }
-}
-
-/// Every node's classes and split, whole on every rank (about 13 bytes per node).
-struct Labelled {
-    labels: nodedata::Labels,
-    /// Whether some node has several classes: the sigmoid loss, micro-F1 for validation.
-    multi: bool,
-    classes: usize,
-    split: Vec<u8>,
-}
-
-impl Labelled {
-    fn load(path: &Path) -> Result<Labelled> {
-        let (labels, split) = nodedata::read_labelled(path)?;
-        let missing = |what: &str, flag: &str| {
-            Error::bad_input(
-                path,
-                format!(
-                    "--model sage needs {what}: convert the graph with {flag} (docs/formats.md)"
-                ),
-            )
-        };
-        let labels = labels.ok_or_else(|| missing("node labels", "--labels"))?;
-        let split = split.ok_or_else(|| missing("a split", "--split or --train-fraction"))?;
-        let n = split.len();
-        let unlabelled = (0..n).find(|&v| split[v] != nodedata::NONE && labels.of(v).is_empty());
-        if let Some(v) = unlabelled {
-            return Err(Error::bad_input(
-                path,
-                format!("node {v} is in the split but has no label"),
-            ));
-        }
-        Ok(Labelled {
-            multi: labels.multilabel(),
-            classes: labels.num_classes as usize,
-            labels,
-            split,
-        })
-    }
-
-    /// What the progress lines call the share of training seeds predicted right and the
-    /// validation and test score.
-    fn names(&self) -> (&'static str, &'static str) {
-        if self.multi {
-            ("exact match", "micro-F1")
-        } else {
-            ("accuracy", "accuracy")
-        }
-    }
-
-    fn nodes(&self, code: u8) -> Vec<u64> {
-        (0..self.split.len() as u64)
-            .filter(|&v| self.split[v as usize] == code)
-            .collect()
-    }
-
-    /// The labels of `seeds` into `buf` (offsets, then classes), as the model takes them.
-    fn targets<'b>(&self, seeds: &[u64], buf: &'b mut (Vec<u32>, Vec<u32>)) -> Targets<'b> {
-        let (offsets, ids) = buf;
-        offsets.clear();
-        ids.clear();
-        offsets.push(0);
-        for &v in seeds {
-            ids.extend_from_slice(self.labels.of(v as usize));
-            offsets.push(ids.len() as u32);
-        }
-        if self.multi {
-            Targets::Multi { offsets, ids }
-        } else {
-            Targets::Single(ids)
-        }
-    }
-
-    /// Per class the true positives, false positives and false negatives of the nodes of split
-    /// `code` among `nodes` with their `scores`, then the nodes predicted exactly right and all
-    /// of them. A node is predicted with as many classes as it truly has, the top-scoring ones
-    /// (one class: the top score's), as `eval nodeclf` and the published protocol of the
-    /// multi-label benchmarks predict.
-    fn counts(&self, nodes: &[u64], scores: &[f32], code: u8) -> Vec<u64> {
-        let k = self.classes.max(2);
-        let mut c = vec![0u64; 3 * k + 2];
-        let (mut predicted, mut order) = (vec![false; k], Vec::with_capacity(k));
-        for (i, &v) in nodes.iter().enumerate() {
-            if self.split[v as usize] != code {
-                continue;
-            }
-            let row = &scores[i * k..(i + 1) * k];
-            let truth = self.labels.of(v as usize);
-            order.clear();
-            order.extend(0..k);
-            order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
-            predicted.iter_mut().for_each(|p| *p = false);
-            for &j in &order[..truth.len().min(k)] {
-                predicted[j] = true;
-            }
-            let mut exact = true;
-            for (j, &p) in predicted.iter().enumerate() {
-                let t = truth.contains(&(j as u32));
-                match (p, t) {
-                    (true, true) => c[j] += 1,
-                    (true, false) => c[k + j] += 1,
-                    (false, true) => c[2 * k + j] += 1,
-                    (false, false) => {}
-                }
-                exact &= p == t;
-            }
-            c[3 * k] += u64::from(exact);
-            c[3 * k + 1] += 1;
-        }
-        c
-    }
-}
-
-/// Micro-F1 of per-class counts (`counts`' layout, `k` classes): the accuracy with one class
-/// per node.
-fn micro_f1(c: &[u64], k: usize) -> f64 {
-    let (tp, fp, fn_) = (
-        c[..k].iter().sum::<u64>(),
-        c[k..2 * k].iter().sum::<u64>(),
-        c[2 * k..3 * k].iter().sum::<u64>(),
-    );
-    2.0 * tp as f64 / (2 * tp + fp + fn_).max(1) as f64
 }
 
 /// Every node's class scores of this rank's share (layer-wise, every neighbour), with the
@@ -370,16 +251,26 @@ impl Epochs<'_> {
         &mut self,
         sage: &mut Sage,
         src: &mut dyn Source,
-        (train, shared): (&[u64], &mut Rng),
-        cfg: &TrainConfig,
-    ) -> ((f64, Vec<f32>, Option<Scored>), u64) {
+        train: &[u64],
+        (cfg, ident, resumed): (&TrainConfig, &serde_json::Value, Option<ckpt::State>),
+    ) -> Result<(Best, u64)> {
         let (comm, l) = (self.comm, self.l);
         let (mut best, mut best_params, mut since) = (-1f64, sage.params.clone(), 0u32);
-        let (mut best_scored, mut eval_sent) = (None, 0);
+        let (mut best_scored, mut eval_sent, mut first) = (None, 0, 0);
+        if let Some(st) = resumed {
+            (best, since) = (st.cursor.valid_best.unwrap_or(-1.0), st.cursor.valid_flat);
+            (best_params, first, self.m.steps) = (st.best_params, st.cursor.epoch, st.cursor.step);
+        }
+        let mut due = Due::new(cfg, self.m.steps);
         let mut order = train.to_vec();
-        for epoch in 0..cfg.epochs {
+        for epoch in first..cfg.epochs {
             self.epoch.0 = epoch;
-            order.shuffle(shared);
+            // Each epoch's streams from the seed and the epoch: a resumed run draws what the
+            // uninterrupted one would have.
+            let salt = u64::from(epoch + 1).wrapping_mul(0x2545_F491_4F6C_DD1D);
+            self.rng = rng_for(cfg.seed ^ salt, comm.rank(), 7);
+            order.copy_from_slice(train);
+            order.shuffle(&mut Rng::seed_from_u64(cfg.seed ^ salt));
             let (loss, right) = self.epoch(sage, src, &order);
             let te = Timer::start();
             let scored = Scored::new(comm, sage, src, &mut self.b.work, self.learned.as_ref());
@@ -410,8 +301,87 @@ impl Epochs<'_> {
                     break;
                 }
             }
+            let (save, stop) = due.check(comm, self.m.steps);
+            if let (true, Some(dir)) = (save, &cfg.checkpoint_dir) {
+                let cursor = crate::checkpoint::Cursor {
+                    step: self.m.steps,
+                    epoch: epoch + 1,
+                    valid_best: Some(best),
+                    valid_flat: since,
+                    ..Default::default()
+                };
+                let dense = (&*sage, &self.adam, &best_params[..]);
+                let v = ckpt::save(comm, dir, ident, dense, &cursor, self.learned.as_ref())?;
+                if stop {
+                    return Err(Error::Stopped(format!(
+                        "stopped by a signal (SIGTERM or SIGUSR1) after epoch {} and committing checkpoint version {v} in {}; no output was written; continue with --resume-if-present {} (exit code 4)",
+                        epoch + 1,
+                        dir.display(),
+                        dir.display()
+                    )));
+                }
+            }
         }
-        ((best, best_params, best_scored), eval_sent)
+        let best = Best {
+            score: best,
+            params: best_params,
+            scored: best_scored,
+        };
+        Ok((best, eval_sent))
+    }
+}
+
+/// The best validation epoch: its score, parameters and every node's scores (`None` when no
+/// epoch since a resume beat the checkpoint's best).
+struct Best {
+    score: f64,
+    params: Vec<f32>,
+    scored: Option<Scored>,
+}
+
+/// When the next checkpoint is due (`--checkpoint-every`, checked at the end of each epoch),
+/// and whether a signal asks for one and a stop.
+struct Due {
+    every: Option<crate::config::Every>,
+    since: std::time::Instant,
+    steps: u64,
+}
+
+impl Due {
+    fn new(cfg: &TrainConfig, steps: u64) -> Due {
+        let every = cfg.checkpoint_dir.as_ref().and(cfg.checkpoint_every);
+        if every.is_some() {
+            if let Err(e) = crate::signals::arm() {
+                log::warn!("cannot catch SIGTERM/SIGUSR1 (no checkpoint on a signal): {e}");
+            }
+        }
+        Due {
+            every,
+            since: std::time::Instant::now(),
+            steps,
+        }
+    }
+
+    /// Collective: whether to checkpoint now, and whether to stop after it (a signal reached
+    /// some rank).
+    fn check(&mut self, comm: &Comm, steps: u64) -> (bool, bool) {
+        use crate::config::Every;
+        let Some(every) = self.every else {
+            return (false, false);
+        };
+        let time = match every {
+            Every::Seconds(s) => self.since.elapsed().as_secs_f64() >= s,
+            Every::Steps(n) => steps - self.steps >= n,
+        };
+        let v = comm.all_reduce_u64(
+            &[u64::from(time), u64::from(crate::signals::raised())],
+            ReduceOp::Max,
+        );
+        let (save, stop) = (v[0] == 1 || v[1] == 1, v[1] == 1);
+        if save {
+            (self.since, self.steps) = (std::time::Instant::now(), steps);
+        }
+        (save, stop)
     }
 }
 
@@ -557,6 +527,10 @@ fn memory(
     let mut h = src.held();
     if let Some(lr) = learned {
         (h.learned, h.learned_width) = (lr.bytes(), lr.dim as u64);
+        if cfg.checkpoint_dir.is_some() {
+            // A checkpoint's copies of the rows, the best epoch's and the ids, while written.
+            h.learned += lr.held() as u64 * (8 + 8 * lr.dim as u64);
+        }
     }
     let est = crate::estimate::sage_estimate(process, &h, &shape);
     let most = comm.all_reduce_u64(&[est.total], ReduceOp::Max)[0];
@@ -629,9 +603,11 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     let mut dims = vec![cols + learned.as_ref().map_or(0, |l| l.dim)];
     dims.extend(std::iter::repeat_n(s.hidden, s.fanout.len() - 1));
     dims.push(l.classes.max(2));
-    let mut shared = Rng::seed_from_u64(cfg.seed);
-    let mut sage = Sage::with_aggregator(&dims, s.aggregator, &mut shared);
-    let adam = Adam::new(sage.params.len(), cfg.lr, s.weight_decay);
+    let mut sage = Sage::with_aggregator(&dims, s.aggregator, &mut Rng::seed_from_u64(cfg.seed));
+    let mut adam = Adam::new(sage.params.len(), cfg.lr, s.weight_decay);
+    let mut learned = learned;
+    let ident = ckpt::identity(cfg, &dims, l.split.len() as u64);
+    let resumed = ckpt::resume(comm, cfg, &ident, (&mut sage, &mut adam), learned.as_mut())?;
     let rng = rng_for(cfg.seed, comm.rank(), 7);
     let grads = vec![0f32; sage.params.len()];
     let strategy = strategy_name(cfg);
@@ -672,8 +648,12 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         progress: super::Progress::sage(comm.rank() == 0),
         epoch: (0, cfg.epochs),
     };
-    let (best, eval_sent) = ep.train(&mut sage, src.as_mut(), (&train, &mut shared), cfg);
-    let (best, best_params, best_scored) = best;
+    let (best, eval_sent) = ep.train(&mut sage, src.as_mut(), &train, (cfg, &ident, resumed))?;
+    let Best {
+        score: best,
+        params: best_params,
+        scored: best_scored,
+    } = best;
     let (mut m, mut b, mut learned) = (ep.m, ep.b, ep.learned);
     if let Some(lr) = &mut learned {
         lr.restore();
