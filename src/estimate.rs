@@ -126,6 +126,8 @@ pub struct SageShape<'a> {
     /// Nodes of the graph and of its training split.
     pub nodes: u64,
     pub train: u64,
+    /// The pool aggregator (its pooled input rows, their gradient and the max's sources).
+    pub pool: bool,
 }
 
 /// A GraphSAGE rank at its largest: the process before loading, the adjacency and feature
@@ -169,17 +171,29 @@ pub fn sage_estimate(process: u64, h: &SageHeld, s: &SageShape) -> SageEstimate 
         };
     // Per layer the neighbours' means, the output and its gate; the backward's gradients of
     // the largest layer above the first.
+    // The pool aggregator keeps every input row through its layer and each max's source.
+    let pool = |l: usize, src: u64, dst: u64| {
+        if s.pool {
+            (src + dst) * width(l).0 * 4
+        } else {
+            0
+        }
+    };
     let saved: u64 = (0..layers)
-        .map(|l| dst(l) * (width(l).0 + 2 * width(l).1) * 4)
+        .map(|l| dst(l) * (width(l).0 + 2 * width(l).1) * 4 + pool(l, src(l), dst(l)))
         .sum();
     let backward = (1..layers)
         .map(|l| (src(l) * width(l).0 + dst(l) * (width(l).0 + width(l).1)) * 4)
         .max()
         .unwrap_or(0)
-        + dst(0) * width(0).1 * 4;
+        + dst(0) * width(0).1 * 4
+        + (0..layers).map(|l| pool(l, src(l), 0)).max().unwrap_or(0);
     let chunk_nodes = h.layer_rows.min(4096);
     let chunk_work = (0..layers)
-        .map(|l| chunk_nodes * (width(l).0 + 2 * width(l).1) * 4)
+        .map(|l| {
+            chunk_nodes * (width(l).0 + 2 * width(l).1) * 4
+                + pool(l, h.chunk_inputs.min(s.nodes), chunk_nodes)
+        })
         .max()
         .unwrap_or(0);
     let work = (saved + backward).max(chunk_work);

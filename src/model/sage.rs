@@ -46,10 +46,14 @@ pub enum Aggregator {
     /// `mean({h_self} and h_nbrs) W + b` (GraphSAGE-GCN: the node counts as one of its
     /// neighbours; one weight matrix).
     Gcn,
+    /// `h_self W_self + max_j(ReLU(h_j W_pool + b_pool)) W_neigh + b` (GraphSAGE-pool: each
+    /// neighbour's row through a dense layer of the input's width, then an elementwise max).
+    Pool,
 }
 
 /// The dense parameters of every layer, flat: per layer `W_self` (in x out, row-major), then
-/// `W_neigh` (in x out), then `b` (out); with the GCN aggregator `W` (in x out), then `b`.
+/// `W_neigh` (in x out), then `b` (out); with the GCN aggregator `W` (in x out), then `b`; with
+/// the pool aggregator `W_self`, `W_neigh` and `b`, then `W_pool` (in x in) and `b_pool` (in).
 #[derive(Clone, Debug)]
 pub struct Sage {
     /// Widths: input features, hidden widths, classes.
@@ -67,6 +71,10 @@ struct Saved {
     out: Vec<f32>,
     /// Hidden layers: the dropout's scale per output value (0 where dropped or where ReLU cut).
     gate: Vec<f32>,
+    /// The pool aggregator: every input row through its dense layer and ReLU (num_src x in),
+    /// and per output value the input row its max came from (`u32::MAX`: no neighbour).
+    pool: Vec<f32>,
+    arg: Vec<u32>,
 }
 
 /// The buffers of a step, kept across steps (no allocation once they have grown to the
@@ -77,6 +85,7 @@ pub struct Work {
     dz: Vec<f32>,
     dh: Vec<f32>,
     dm: Vec<f32>,
+    dp: Vec<f32>,
 }
 
 /// `v` as `n` zeros, reusing its allocation.
@@ -102,6 +111,13 @@ impl Sage {
                 params.push(rng.random_range(-a..a));
             }
             params.extend(std::iter::repeat_n(0.0, o));
+            if aggregator == Aggregator::Pool {
+                let a = (3.0 / i as f32).sqrt();
+                for _ in 0..i * i {
+                    params.push(rng.random_range(-a..a));
+                }
+                params.extend(std::iter::repeat_n(0.0, i));
+            }
         }
         Sage {
             dims: dims.to_vec(),
@@ -113,15 +129,26 @@ impl Sage {
     /// Weight matrices per layer.
     fn matrices(aggregator: Aggregator) -> usize {
         match aggregator {
-            Aggregator::Mean => 2,
+            Aggregator::Mean | Aggregator::Pool => 2,
             Aggregator::Gcn => 1,
         }
     }
 
+    /// The parameters of a layer from `i` to `o` values.
+    fn layer_size(aggregator: Aggregator, i: usize, o: usize) -> usize {
+        let pool = if aggregator == Aggregator::Pool {
+            i * i + i
+        } else {
+            0
+        };
+        Sage::matrices(aggregator) * i * o + o + pool
+    }
+
     /// The parameters `dims` and `aggregator` take.
     pub fn param_count(dims: &[usize], aggregator: Aggregator) -> usize {
-        let k = Sage::matrices(aggregator);
-        dims.windows(2).map(|w| k * w[0] * w[1] + w[1]).sum()
+        dims.windows(2)
+            .map(|w| Sage::layer_size(aggregator, w[0], w[1]))
+            .sum()
     }
 
     pub fn layers(&self) -> usize {
@@ -130,8 +157,7 @@ impl Sage {
 
     /// Offset of layer `l`'s parameters and their count.
     fn span(&self, l: usize) -> (usize, usize) {
-        let k = Sage::matrices(self.aggregator);
-        let size = |w: &[usize]| k * w[0] * w[1] + w[1];
+        let size = |w: &[usize]| Sage::layer_size(self.aggregator, w[0], w[1]);
         let at = self.dims.windows(2).take(l).map(size).sum();
         (at, size(&self.dims[l..l + 2]))
     }
@@ -163,8 +189,19 @@ impl Sage {
     ) {
         let (din, dout) = (self.dims[l], self.dims[l + 1]);
         assert_eq!(h.len(), b.num_src * din, "layer {l}: input rows");
-        neighbour_means(b, h, din, &mut s.mean);
         let (at, _) = self.span(l);
+        if self.aggregator == Aggregator::Pool {
+            let wp = &self.params[at + 2 * din * dout + dout..];
+            pool_max(
+                b,
+                h,
+                din,
+                (&wp[..din * din], &wp[din * din..din * din + din]),
+                s,
+            );
+        } else {
+            neighbour_means(b, h, din, &mut s.mean);
+        }
         let p = &self.params[at..];
         let k = Sage::matrices(self.aggregator);
         let bias = &p[k * din * dout..k * din * dout + dout];
@@ -174,7 +211,7 @@ impl Sage {
             z.extend_from_slice(bias);
         }
         match self.aggregator {
-            Aggregator::Mean => {
+            Aggregator::Mean | Aggregator::Pool => {
                 let (ws, wn) = (&p[..din * dout], &p[din * dout..2 * din * dout]);
                 matmul(&h[..b.num_dst * din], ws, z, b.num_dst, din, dout, 1.0);
                 matmul(&s.mean, wn, z, b.num_dst, din, dout, 1.0);
@@ -271,11 +308,15 @@ impl Sage {
             let (at, n) = self.span(l);
             let g = &mut grads[at..at + n];
             let gcn = self.aggregator == Aggregator::Gcn;
+            let pool = self.aggregator == Aggregator::Pool;
             let dz = &w.dz;
             let p = &self.params[at..];
             // The first layer's input gradient is needed only for learnable input rows.
-            if l > 0 || gx.is_some() {
+            let need_dh = l > 0 || gx.is_some();
+            if need_dh {
                 zeroed(&mut w.dh, b.num_src * din);
+            }
+            if need_dh || pool {
                 zeroed(&mut w.dm, b.num_dst * din);
             }
             if gcn {
@@ -293,18 +334,29 @@ impl Sage {
                 let (gwn, gb) = rest.split_at_mut(din * dout);
                 matmul_tn(&input[..b.num_dst * din], dz, gws, b.num_dst, din, dout);
                 matmul_tn(&s.mean, dz, gwn, b.num_dst, din, dout);
+                let (gb, gpool) = gb.split_at_mut(dout);
                 add_rows(gb, dz, dout);
-                if l == 0 && gx.is_none() {
+                let (ws, wn) = (&p[..din * dout], &p[din * dout..2 * din * dout]);
+                if pool {
+                    // dM = dZ W_neigh^T, then through the max and the pool's layer.
+                    matmul_nt(dz, wn, &mut w.dm, b.num_dst, dout, din);
+                    let wp = &p[2 * din * dout + dout..2 * din * dout + dout + din * din];
+                    let dh = need_dh.then_some(&mut w.dh[..]);
+                    pool_backward((b, input, s), (&w.dm, &mut w.dp), (wp, gpool), dh);
+                }
+                if !need_dh {
                     break;
                 }
-                // dH_self = dZ W_self^T; dM = dZ W_neigh^T.
-                let (ws, wn) = (&p[..din * dout], &p[din * dout..2 * din * dout]);
+                // dH_self = dZ W_self^T (and, without pooling, dM = dZ W_neigh^T).
                 matmul_nt(dz, ws, &mut w.dh[..b.num_dst * din], b.num_dst, dout, din);
-                matmul_nt(dz, wn, &mut w.dm, b.num_dst, dout, din);
+                if !pool {
+                    matmul_nt(dz, wn, &mut w.dm, b.num_dst, dout, din);
+                }
             }
-            // dM spread over the neighbours (and, with GCN, the node itself).
+            // dM spread over the neighbours (and, with GCN, the node itself; the pool's went
+            // through its max above).
             let (dh, dm) = (&mut w.dh, &w.dm);
-            for i in 0..b.num_dst {
+            for i in (0..b.num_dst).filter(|_| !pool) {
                 let nb = &b.nbrs[b.offsets[i] as usize..b.offsets[i + 1] as usize];
                 let share = nb.len() + usize::from(gcn);
                 if share == 0 {
@@ -330,6 +382,63 @@ impl Sage {
             std::mem::swap(&mut w.dz, &mut w.dh);
         }
         (loss, correct)
+    }
+}
+
+/// The pool aggregator's forward: every input row through `ReLU(h W_pool + b_pool)` into
+/// `s.pool`, then per output node the elementwise max over its neighbours' into `s.mean`
+/// (zeros without neighbours) with the row each max came from in `s.arg`.
+fn pool_max(b: &Block, h: &[f32], d: usize, (wp, bp): (&[f32], &[f32]), s: &mut Saved) {
+    s.pool.clear();
+    for _ in 0..b.num_src {
+        s.pool.extend_from_slice(bp);
+    }
+    matmul(h, wp, &mut s.pool, b.num_src, d, d, 1.0);
+    s.pool.iter_mut().for_each(|x| *x = x.max(0.0));
+    zeroed(&mut s.mean, b.num_dst * d);
+    s.arg.clear();
+    s.arg.resize(b.num_dst * d, u32::MAX);
+    for (i, (out, arg)) in s
+        .mean
+        .chunks_exact_mut(d)
+        .zip(s.arg.chunks_exact_mut(d))
+        .enumerate()
+    {
+        for &j in &b.nbrs[b.offsets[i] as usize..b.offsets[i + 1] as usize] {
+            let r = &s.pool[j as usize * d..(j as usize + 1) * d];
+            for ((o, a), &x) in out.iter_mut().zip(arg.iter_mut()).zip(r) {
+                if *a == u32::MAX || x > *o {
+                    (*o, *a) = (x, j);
+                }
+            }
+        }
+    }
+}
+
+/// The pool aggregator's backward from `dm` (the gradient of the max-pooled rows): each value
+/// to the row its max came from (`dp`), through the ReLU, into the pool layer's gradients
+/// (`gpool`: `W_pool` then `b_pool`) and, when given, the input rows' gradient `dh`.
+fn pool_backward(
+    (b, h, s): (&Block, &[f32], &Saved),
+    (dm, dp): (&[f32], &mut Vec<f32>),
+    (wp, gpool): (&[f32], &mut [f32]),
+    dh: Option<&mut [f32]>,
+) {
+    let d = dm.len() / b.num_dst.max(1);
+    zeroed(dp, b.num_src * d);
+    for (g, (&v, &a)) in dm.iter().zip(&s.arg).enumerate() {
+        if a != u32::MAX {
+            dp[a as usize * d + g % d] += v;
+        }
+    }
+    dp.iter_mut()
+        .zip(&s.pool)
+        .for_each(|(g, &x)| *g *= f32::from(u8::from(x > 0.0)));
+    let (gw, gb) = gpool.split_at_mut(d * d);
+    matmul_tn(&h[..b.num_src * d], dp, gw, b.num_src, d, d);
+    add_rows(gb, dp, d);
+    if let Some(dh) = dh {
+        matmul_nt(dp, wp, dh, b.num_src, d, d);
     }
 }
 
@@ -536,7 +645,7 @@ mod tests {
             offsets: &[0, 2, 2],
             ids: &[0, 2],
         };
-        for aggregator in [Aggregator::Mean, Aggregator::Gcn] {
+        for aggregator in [Aggregator::Mean, Aggregator::Gcn, Aggregator::Pool] {
             for labels in [single, multi] {
                 gradients_match_for(aggregator, labels);
             }
@@ -566,21 +675,35 @@ mod tests {
             labels,
         };
         sage.train_step(&batch, 0.0, &mut rng(0), &mut g, Some(&mut gx));
-        let h = 1e-2f32;
+        // Central differences at three steps; an entry passes at any of them. The pool's ReLU
+        // and max have kinks: a step that crosses one (a pre-activation within the step of 0,
+        // two neighbours within it of each other) is not the derivative, a smaller step misses
+        // the kink, and the smallest is limited by f32 rounding.
+        let err = |f: &dyn Fn(f32) -> f64, g: f32| {
+            [1e-2f32, 2e-3, 3e-4, 1e-4]
+                .iter()
+                .map(|&h| {
+                    let fd = (f(h) - f(-h)) / (2.0 * f64::from(h));
+                    (fd - f64::from(g)).abs() / (fd.abs() + 1e-2)
+                })
+                .fold(f64::INFINITY, f64::min)
+        };
         let mut worst = 0f64;
         for i in (0..sage.params.len()).step_by(3) {
-            let (mut up, mut dn) = (sage.clone(), sage.clone());
-            up.params[i] += h;
-            dn.params[i] -= h;
-            let fd = (loss(&up, &x) - loss(&dn, &x)) / (2.0 * f64::from(h));
-            worst = worst.max((fd - f64::from(g[i])).abs() / (fd.abs() + 1e-2));
+            let at = |h: f32| {
+                let mut s = sage.clone();
+                s.params[i] += h;
+                loss(&s, &x)
+            };
+            worst = worst.max(err(&at, g[i]));
         }
         for i in 0..x.len() {
-            let (mut up, mut dn) = (x.clone(), x.clone());
-            up[i] += h;
-            dn[i] -= h;
-            let fd = (loss(&sage, &up) - loss(&sage, &dn)) / (2.0 * f64::from(h));
-            worst = worst.max((fd - f64::from(gx[i])).abs() / (fd.abs() + 1e-2));
+            let at = |h: f32| {
+                let mut y = x.clone();
+                y[i] += h;
+                loss(&sage, &y)
+            };
+            worst = worst.max(err(&at, gx[i]));
         }
         assert!(worst < 0.05, "{aggregator:?}: worst relative error {worst}");
         assert!(g.iter().any(|&v| v != 0.0) && gx.iter().any(|&v| v != 0.0));

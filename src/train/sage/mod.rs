@@ -523,6 +523,7 @@ fn memory(
         seeds: cfg.batch_size.div_ceil(comm.size()) as u64 * 5 / 4 + 1,
         nodes: l.split.len() as u64,
         train: l.split.iter().filter(|&&c| c == TRAIN).count() as u64,
+        pool: s.aggregator == Aggregator::Pool,
     };
     let mut h = src.held();
     if let Some(lr) = learned {
