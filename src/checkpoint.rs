@@ -817,14 +817,25 @@ pub fn finish_writing(comm: &Comm, dir: &Path, w: Writing) -> Result<()> {
         .handle
         .join()
         .unwrap_or_else(|_| Err(Error::config("the checkpoint writer panicked")));
-    let sum = agree(comm, r)?;
+    commit_written(comm, dir, (w.version, &w.cursor), r)
+}
+
+/// Collective: every rank's shard of version `v` written (its size and CRC-32, or the error):
+/// agree on the outcome, and rank 0 commits the version with every rank's sum.
+pub fn commit_written(
+    comm: &Comm,
+    dir: &Path,
+    (v, cursor): (u64, &Cursor),
+    written: Result<FileSum>,
+) -> Result<()> {
+    let sum = agree(comm, written)?;
     let all = comm.all_gather_bytes(&serde_json::to_vec(&sum).expect("json"));
     let files: Vec<FileSum> = all
         .iter()
         .map(|b| serde_json::from_slice(b).expect("json"))
         .collect();
     let c = if comm.rank() == 0 {
-        commit(dir, w.version, &files, &w.cursor)
+        commit(dir, v, &files, cursor)
     } else {
         Ok(())
     };

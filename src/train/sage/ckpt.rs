@@ -81,18 +81,7 @@ pub(super) fn save(
         learned,
     )
     .and_then(|()| checkpoint::file_sum(&path));
-    let sum = agree(comm, written)?;
-    let all = comm.all_gather_bytes(&serde_json::to_vec(&sum).expect("json"));
-    let sums: Vec<FileSum> = all
-        .iter()
-        .map(|b| serde_json::from_slice(b).expect("json"))
-        .collect();
-    let committed = if comm.rank() == 0 {
-        checkpoint::commit(dir, v, &sums, cursor)
-    } else {
-        Ok(())
-    };
-    agree(comm, committed)?;
+    checkpoint::commit_written(comm, dir, (v, cursor), written)?;
     Ok(v)
 }
 

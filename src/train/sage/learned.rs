@@ -15,6 +15,8 @@ use crate::comm::{Comm, Window};
 use crate::config::{Dtype, Optimizer};
 use crate::graph::partition::Partitioner;
 use crate::stats::RankMetrics;
+
+use super::sharded::{selection, Rows};
 use crate::store::{apply_update, decode_row, encode_row, OptParams};
 
 /// A step's gradient record: the node's id, then its row's gradient.
@@ -123,10 +125,7 @@ impl<'a> Learned<'a> {
     /// The held rows' global ids, their values, their Adam state and the best epoch's copy (a
     /// checkpoint's; the copy empty when none was kept).
     pub(super) fn parts(&self) -> (Vec<u64>, Vec<f32>, &[f32], Vec<f32>) {
-        let me = self.comm.rank();
-        let ids = (0..self.held())
-            .map(|r| self.part.as_ref().map_or(r as u64, |p| p.global(me, r)))
-            .collect();
+        let ids = (0..self.held()).map(|r| self.global(r)).collect();
         let as_f32 = |b: &[u8]| -> Vec<f32> {
             b.chunks_exact(4)
                 .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
@@ -212,7 +211,7 @@ impl<'a> Learned<'a> {
         };
         let ids = (first..self.held())
             .step_by(step)
-            .map(|r| self.part.as_ref().map_or(r as u64, |p| p.global(me, r)))
+            .map(|r| self.global(r))
             .collect();
         (
             Share {
@@ -224,23 +223,20 @@ impl<'a> Learned<'a> {
         )
     }
 
-    /// Where node `v`'s row is: its owner and its place there.
-    fn locate(&self, v: u64) -> (usize, usize) {
-        locate(self.part.as_ref(), self.comm.rank(), v)
+    /// The global id of held row `r`.
+    fn global(&self, r: usize) -> u64 {
+        self.part
+            .as_ref()
+            .map_or(r as u64, |p| p.global(self.comm.rank(), r))
     }
 
     /// Collective: the rows as `train --model sage --input learned|both` wrote them to the
     /// dataset `input_rows` of `path` (every node's row at its id).
     pub(super) fn load(&mut self, path: &std::path::Path) -> crate::error::Result<()> {
-        use crate::graph::partition::Scheme;
-        let (me, ranks, held, dim) = (self.comm.rank(), self.comm.size(), self.held(), self.dim);
+        let (held, dim) = (self.held(), self.dim);
         let selection = match &self.part {
             None => (0, held, 1),
-            Some(p) if p.scheme() == Scheme::Striped => (me, p.num_nodes() as usize, ranks),
-            Some(p) => {
-                let first = p.global(me, 0) as usize;
-                (first, first + held, 1)
-            }
+            Some(p) => selection(p, self.comm.rank()),
         };
         let mut read = Ok(());
         self.window.with_local_mut(|bytes| {
@@ -266,37 +262,35 @@ impl<'a> Learned<'a> {
     /// others' read one-sidedly from their owners (their bytes counted in `m`; the rows too when
     /// they are the whole input rows, `alone`).
     fn read(&self, input: &[u64], alone: bool, m: &mut RankMetrics, out: &mut Vec<f32>) {
-        let (dim, me) = (self.dim, self.comm.rank());
-        let rb = 4 * dim;
-        out.clear();
-        out.resize(input.len() * dim, 0.0);
-        let mut remote: Vec<Vec<(u32, u32)>> = vec![Vec::new(); self.comm.size()];
-        self.window.with_local(|bytes| {
-            for (i, &v) in input.iter().enumerate() {
-                let (o, r) = self.locate(v);
-                if o == me {
-                    decode_row(
-                        Dtype::F32,
-                        &bytes[r * rb..(r + 1) * rb],
-                        &mut out[i * dim..(i + 1) * dim],
-                    );
-                    m.local_rows += u64::from(alone);
-                } else {
-                    remote[o].push((i as u32, r as u32));
+        let dim = self.dim;
+        let Some(part) = &self.part else {
+            // Replicated: every row is here.
+            out.clear();
+            out.resize(input.len() * dim, 0.0);
+            self.window.with_local(|bytes| {
+                for (&v, o) in input.iter().zip(out.chunks_exact_mut(dim)) {
+                    let r = v as usize;
+                    decode_row(Dtype::F32, &bytes[r * 4 * dim..(r + 1) * 4 * dim], o);
                 }
-            }
-        });
-        let count = self
-            .window
-            .get_tagged(self.comm.watchdog(), &remote, rb, 4096, |i, row| {
-                let i = i as usize;
-                decode_row(Dtype::F32, row, &mut out[i * dim..(i + 1) * dim]);
             });
+            m.local_rows += if alone { input.len() as u64 } else { 0 };
+            return;
+        };
+        let mut c = RankMetrics::default();
+        let rows = Rows {
+            comm: self.comm,
+            part,
+            window: &self.window,
+            dtype: Dtype::F32,
+            width: dim,
+        };
+        rows.read(input, None, &mut c, out);
         if alone {
-            m.cache_misses += count as u64;
+            (m.local_rows, m.cache_misses) =
+                (m.local_rows + c.local_rows, m.cache_misses + c.cache_misses);
         }
-        m.fetch_bytes += (count * rb) as u64;
-        m.one_sided_bytes += (count * rb) as u64;
+        m.fetch_bytes += c.fetch_bytes;
+        m.one_sided_bytes += c.one_sided_bytes;
     }
 
     /// `x`'s rows of `input` (`cols` feature values each, or none) with the learnable rows of
@@ -352,19 +346,14 @@ impl<'a> Learned<'a> {
         if self.part.is_none() {
             send = vec![all; ranks];
         }
-        m.push_bytes_sent += send
-            .iter()
-            .enumerate()
-            .filter(|&(r, _)| r != me)
-            .map(|(_, b)| b.len() as u64)
-            .sum::<u64>();
+        // Bytes to and from the other ranks (not this rank's own).
+        let others = |bufs: &[Vec<u8>]| -> u64 {
+            let all: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+            all - bufs[me].len() as u64
+        };
+        m.push_bytes_sent += others(&send);
         let recv = self.comm.all_to_all_v(send);
-        m.push_bytes_received += recv
-            .iter()
-            .enumerate()
-            .filter(|&(r, _)| r != me)
-            .map(|(_, b)| b.len() as u64)
-            .sum::<u64>();
+        m.push_bytes_received += others(&recv);
         // Summed per row in order of arrival (rank order: the same on every rank).
         self.slot.clear();
         self.rows.clear();

@@ -35,7 +35,7 @@ const READ_ROWS: usize = 1 << 16;
 /// A read-only cache of remote feature rows: rows are admitted as they are first read until it
 /// is full, then kept (sampling reaches a node in proportion to its degree, so the rows met
 /// first are mostly the hubs'). Features never change: no copy is ever stale.
-struct FeatureCache {
+pub(super) struct FeatureCache {
     slot_of: FxHashMap<u64, u32>,
     /// The rows as their owners store them (f32 or f16).
     rows: Vec<u8>,
@@ -70,15 +70,9 @@ impl<'a> Sharded<'a> {
         let rows = g.num_local();
         let rb = cols * dtype.size();
         let mut window = comm.window(rows * rb);
-        let (me, ranks) = (comm.rank(), comm.size());
+        let me = comm.rank();
         let n = g.num_nodes() as usize;
-        let selection = match g.part.scheme() {
-            Scheme::Striped => (me, n, ranks),
-            Scheme::Block => {
-                let first = g.part.global(me, 0) as usize;
-                (first, first + rows, 1)
-            }
-        };
+        let selection = selection(&g.part, me);
         let mut negative = false;
         // Without features (`--input learned`) there is nothing to read.
         let read = window.with_local_mut(|bytes| {
@@ -209,20 +203,34 @@ impl<'a> Sharded<'a> {
     }
 }
 
+/// The rows rank `me` owns under `part` as a selection `(first, end, step)` of the file's rows.
+pub(super) fn selection(
+    part: &crate::graph::partition::Partitioner,
+    me: usize,
+) -> (usize, usize, usize) {
+    match part.scheme() {
+        Scheme::Striped => (me, part.num_nodes() as usize, part.ranks()),
+        Scheme::Block => {
+            let first = part.global(me, 0) as usize;
+            (first, first + part.num_local(me), 1)
+        }
+    }
+}
+
 /// Rows of `width` values stored as `dtype` in `window` by their owners under `part`.
-struct Rows<'w> {
-    comm: &'w Comm,
-    part: &'w crate::graph::partition::Partitioner,
-    window: &'w Window,
-    dtype: Dtype,
-    width: usize,
+pub(super) struct Rows<'w> {
+    pub(super) comm: &'w Comm,
+    pub(super) part: &'w crate::graph::partition::Partitioner,
+    pub(super) window: &'w Window,
+    pub(super) dtype: Dtype,
+    pub(super) width: usize,
 }
 
 impl Rows<'_> {
     /// The rows of `input` (f32, in order) into `out`: this rank's from its window, those in
     /// `cache` from it, the rest read one-sidedly from their owners (and cached while the cache
     /// has room).
-    fn read(
+    pub(super) fn read(
         &self,
         input: &[u64],
         mut cache: Option<&mut FeatureCache>,
