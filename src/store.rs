@@ -28,6 +28,29 @@ pub fn decode_row(dtype: Dtype, bytes: &[u8], out: &mut [f32]) {
     }
 }
 
+/// Add one stored row, converted to f32, to `acc` (a sum of rows read where they are stored).
+#[inline]
+pub fn add_row(dtype: Dtype, bytes: &[u8], acc: &mut [f32]) {
+    match dtype {
+        Dtype::F32 => {
+            for (a, c) in acc.iter_mut().zip(bytes.chunks_exact(4)) {
+                *a += f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        _ => {
+            let mut tmp = [0f32; CONVERT];
+            for (a, b) in acc
+                .chunks_mut(CONVERT)
+                .zip(bytes.chunks(CONVERT * dtype.size()))
+            {
+                let t = &mut tmp[..a.len()];
+                decode_row(dtype, b, t);
+                a.iter_mut().zip(t.iter()).for_each(|(a, x)| *a += x);
+            }
+        }
+    }
+}
+
 /// 2-byte values to f32 through a small aligned buffer, so that `half` converts whole slices
 /// (F16C instructions eight values at a time where the CPU has them).
 #[inline]

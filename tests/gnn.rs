@@ -11,7 +11,7 @@ use rand::SeedableRng;
 
 use graphscale::graph::h5::EdgeFile;
 use graphscale::graph::nodedata::{self, TEST, TRAIN, VALID};
-use graphscale::model::sage::{Adam, Batch, Sage, Targets};
+use graphscale::model::sage::{Adam, Batch, Input, Sage, Targets};
 use graphscale::sample::neighbors::sample_blocks;
 use graphscale::sample::Rng;
 
@@ -279,7 +279,7 @@ fn sage_on_cora_reaches_the_published_accuracy() {
             grads.iter_mut().for_each(|g| *g = 0.0);
             let batch = Batch {
                 blocks: &blocks,
-                x: &rows,
+                x: Input::Rows(&rows),
                 labels: Targets::Single(&ys),
             };
             sage.train_step(&batch, 0.5, &mut rng, &mut grads, None);

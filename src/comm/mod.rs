@@ -496,6 +496,24 @@ impl Window {
         request_batch: usize,
         mut take: impl FnMut(u32, &[u8]),
     ) -> usize {
+        let mut buf = Vec::new();
+        let count = self.get_ordered(watchdog, remote, row_bytes, request_batch, &mut buf);
+        for (&(tag, _), bytes) in remote.iter().flatten().zip(buf.chunks_exact(row_bytes)) {
+            take(tag, bytes);
+        }
+        count
+    }
+
+    /// Read `remote[owner] = [(tag, row)]` one-sidedly into `buf` (replaced), owner by owner in
+    /// `remote`'s order. Returns the rows read.
+    pub fn get_ordered(
+        &self,
+        watchdog: &Watchdog,
+        remote: &[Vec<(u32, u32)>],
+        row_bytes: usize,
+        request_batch: usize,
+        buf: &mut Vec<u8>,
+    ) -> usize {
         let wanted: Vec<Vec<u32>> = remote
             .iter()
             .map(|v| v.iter().map(|&(_, r)| r).collect())
@@ -507,15 +525,12 @@ impl Window {
             .map(|(o, v)| (o, v.as_slice()))
             .collect();
         let count: usize = requests.iter().map(|(_, v)| v.len()).sum();
+        buf.clear();
         if count == 0 {
             return 0;
         }
-        let mut buf = vec![0u8; count * row_bytes];
-        self.get_rows(watchdog, &requests, row_bytes, request_batch, &mut buf);
-        let tags = requests.iter().flat_map(|(o, _)| remote[*o].iter());
-        for (&(tag, _), bytes) in tags.zip(buf.chunks_exact(row_bytes)) {
-            take(tag, bytes);
-        }
+        buf.resize(count * row_bytes, 0);
+        self.get_rows(watchdog, &requests, row_bytes, request_batch, buf);
         count
     }
 

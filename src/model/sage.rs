@@ -20,8 +20,20 @@ use crate::sample::Rng;
 /// A mini-batch: its blocks, the outermost block's input rows and the seeds' labels.
 pub struct Batch<'a> {
     pub blocks: &'a [Block],
-    pub x: &'a [f32],
+    pub x: Input<'a>,
     pub labels: Targets<'a>,
+}
+
+/// The outermost block's input rows, as a batch gives them.
+#[derive(Clone, Copy)]
+pub enum Input<'a> {
+    /// Every input row (`num_src x dims[0]`).
+    Rows(&'a [f32]),
+    /// Only the output nodes' own rows and their neighbours' means (each `num_dst x
+    /// dims[0]`), gathered by the caller straight from where the rows live ([`gather_means`]):
+    /// the mean and GCN aggregators need nothing else from the first layer's input, which then
+    /// takes no gradient. Saves copying every input row into one matrix first.
+    Means { own: &'a [f32], mean: &'a [f32] },
 }
 
 /// The seeds' labels.
@@ -166,13 +178,17 @@ impl Sage {
     /// width, left in `w.saved[last].out`) from the outermost block's input rows `x`
     /// (`blocks[0].num_src` x `dims[0]`). `dropout` (a probability) applies with `rng`;
     /// `None` evaluates.
-    fn forward(&self, w: &mut Work, blocks: &[Block], x: &[f32], dropout: Option<(f32, &mut Rng)>) {
+    fn forward(&self, w: &mut Work, blocks: &[Block], x: Input, dropout: Option<(f32, &mut Rng)>) {
         assert_eq!(blocks.len(), self.layers(), "one block per layer");
         w.saved.resize_with(blocks.len(), Saved::default);
         let mut dropout = dropout;
         for (l, b) in blocks.iter().enumerate() {
             let (done, rest) = w.saved.split_at_mut(l);
-            let h: &[f32] = if l == 0 { x } else { &done[l - 1].out };
+            let h = if l == 0 {
+                x
+            } else {
+                Input::Rows(&done[l - 1].out)
+            };
             self.layer(l, b, h, &mut rest[0], &mut dropout);
         }
     }
@@ -183,25 +199,43 @@ impl Sage {
         &self,
         l: usize,
         b: &Block,
-        h: &[f32],
+        h: Input,
         s: &mut Saved,
         dropout: &mut Option<(f32, &mut Rng)>,
     ) {
         let (din, dout) = (self.dims[l], self.dims[l + 1]);
-        assert_eq!(h.len(), b.num_src * din, "layer {l}: input rows");
         let (at, _) = self.span(l);
-        if self.aggregator == Aggregator::Pool {
-            let wp = &self.params[at + 2 * din * dout + dout..];
-            pool_max(
-                b,
-                h,
-                din,
-                (&wp[..din * din], &wp[din * din..din * din + din]),
-                s,
-            );
-        } else {
-            neighbour_means(b, h, din, &mut s.mean);
-        }
+        let h: &[f32] = match h {
+            Input::Rows(h) => {
+                assert_eq!(h.len(), b.num_src * din, "layer {l}: input rows");
+                if self.aggregator == Aggregator::Pool {
+                    let wp = &self.params[at + 2 * din * dout + dout..];
+                    pool_max(
+                        b,
+                        h,
+                        din,
+                        (&wp[..din * din], &wp[din * din..din * din + din]),
+                        s,
+                    );
+                } else {
+                    means_with(b, din, &mut s.mean, |j, acc| {
+                        add_row(acc, &h[j * din..(j + 1) * din]);
+                    });
+                }
+                &h[..b.num_dst * din]
+            }
+            Input::Means { own, mean } => {
+                assert!(
+                    self.aggregator != Aggregator::Pool,
+                    "the pool aggregator needs every input row"
+                );
+                assert_eq!(own.len(), b.num_dst * din, "layer {l}: own rows");
+                assert_eq!(mean.len(), b.num_dst * din, "layer {l}: means");
+                s.mean.clear();
+                s.mean.extend_from_slice(mean);
+                own
+            }
+        };
         let p = &self.params[at..];
         let k = Sage::matrices(self.aggregator);
         let bias = &p[k * din * dout..k * din * dout + dout];
@@ -213,7 +247,7 @@ impl Sage {
         match self.aggregator {
             Aggregator::Mean | Aggregator::Pool => {
                 let (ws, wn) = (&p[..din * dout], &p[din * dout..2 * din * dout]);
-                matmul(&h[..b.num_dst * din], ws, z, b.num_dst, din, dout, 1.0);
+                matmul(h, ws, z, b.num_dst, din, dout, 1.0);
                 matmul(&s.mean, wn, z, b.num_dst, din, dout, 1.0);
             }
             Aggregator::Gcn => {
@@ -248,7 +282,7 @@ impl Sage {
     /// output rows, in `w` until its next use.
     pub fn layer_in<'w>(&self, w: &'w mut Work, l: usize, block: &Block, h: &[f32]) -> &'w [f32] {
         w.saved.resize_with(1, Saved::default);
-        self.layer(l, block, h, &mut w.saved[0], &mut None);
+        self.layer(l, block, Input::Rows(h), &mut w.saved[0], &mut None);
         &w.saved[0].out
     }
 
@@ -259,7 +293,7 @@ impl Sage {
 
     /// As [`Sage::predict`], in `w`'s buffers: the scores stay in `w` until its next use.
     pub fn predict_in<'w>(&self, w: &'w mut Work, blocks: &[Block], x: &[f32]) -> &'w [f32] {
-        self.forward(w, blocks, x, None);
+        self.forward(w, blocks, Input::Rows(x), None);
         &w.saved.last().expect("layers").out
     }
 
@@ -300,10 +334,17 @@ impl Sage {
                 sigmoid_xent(scores, (offsets, ids), classes, &mut w.dz)
             }
         };
+        if let Input::Means { .. } = x {
+            assert!(gx.is_none(), "gathered means take no input gradient");
+        }
         for l in (0..blocks.len()).rev() {
             let b = &blocks[l];
             let (din, dout) = (self.dims[l], self.dims[l + 1]);
-            let input: &[f32] = if l == 0 { x } else { &w.saved[l - 1].out };
+            let input: &[f32] = match x {
+                _ if l > 0 => &w.saved[l - 1].out,
+                Input::Rows(x) => x,
+                Input::Means { own, .. } => own,
+            };
             let s = &w.saved[l];
             let (at, n) = self.span(l);
             let g = &mut grads[at..at + n];
@@ -442,14 +483,14 @@ fn pool_backward(
     }
 }
 
-/// Per output node, the mean of its neighbours' input rows (zeros without neighbours), into `m`.
-fn neighbour_means(b: &Block, h: &[f32], d: usize, m: &mut Vec<f32>) {
+/// Per output node of `b`, the mean of its neighbours' input rows (zeros without neighbours),
+/// into `m` (`d` wide), where `add(j, acc)` adds input row `j` to `acc`.
+fn means_with(b: &Block, d: usize, m: &mut Vec<f32>, mut add: impl FnMut(usize, &mut [f32])) {
     zeroed(m, b.num_dst * d);
     for (i, out) in m.chunks_exact_mut(d).enumerate() {
         let nb = &b.nbrs[b.offsets[i] as usize..b.offsets[i + 1] as usize];
         for &j in nb {
-            let r = &h[j as usize * d..(j as usize + 1) * d];
-            out.iter_mut().zip(r).for_each(|(a, x)| *a += x);
+            add(j as usize, out);
         }
         if !nb.is_empty() {
             let inv = 1.0 / nb.len() as f32;
@@ -458,10 +499,33 @@ fn neighbour_means(b: &Block, h: &[f32], d: usize, m: &mut Vec<f32>) {
     }
 }
 
+/// The outermost block's [`Input::Means`] into `own` and `mean` (`d` wide), where `add(j,
+/// acc)` adds input row `j` to `acc` wherever that row lives (a window, a cache, a buffer of
+/// rows read from their owners): each input row is read where it is as often as it is
+/// referenced, never copied into a matrix of all input rows first.
+pub fn gather_means(
+    b: &Block,
+    d: usize,
+    mut add: impl FnMut(usize, &mut [f32]),
+    own: &mut Vec<f32>,
+    mean: &mut Vec<f32>,
+) {
+    zeroed(own, b.num_dst * d);
+    for (i, row) in own.chunks_exact_mut(d).enumerate() {
+        add(i, row);
+    }
+    means_with(b, d, mean, add);
+}
+
+/// `acc += row`.
+fn add_row(acc: &mut [f32], row: &[f32]) {
+    acc.iter_mut().zip(row).for_each(|(a, x)| *a += x);
+}
+
 /// `acc += ` every row of `rows` (`width` each).
 fn add_rows(acc: &mut [f32], rows: &[f32], width: usize) {
     for row in rows.chunks_exact(width) {
-        acc.iter_mut().zip(row).for_each(|(a, d)| *a += d);
+        add_row(acc, row);
     }
 }
 
@@ -662,7 +726,7 @@ mod tests {
             let mut g = vec![0f32; s.params.len()];
             let batch = Batch {
                 blocks: &b,
-                x,
+                x: Input::Rows(x),
                 labels,
             };
             s.train_step(&batch, 0.0, &mut rng(0), &mut g, None).0
@@ -671,10 +735,34 @@ mod tests {
         let mut gx = vec![0f32; x.len()];
         let batch = Batch {
             blocks: &b,
-            x: &x,
+            x: Input::Rows(&x),
             labels,
         };
-        sage.train_step(&batch, 0.0, &mut rng(0), &mut g, Some(&mut gx));
+        let (loss0, _) = sage.train_step(&batch, 0.0, &mut rng(0), &mut g, Some(&mut gx));
+        if aggregator != Aggregator::Pool {
+            // The first layer's means gathered where the rows are: the same loss and weights'
+            // gradient.
+            let (mut own, mut mean) = (Vec::new(), Vec::new());
+            let add = |j: usize, acc: &mut [f32]| add_row(acc, &x[j * 5..(j + 1) * 5]);
+            gather_means(&b[0], 5, add, &mut own, &mut mean);
+            let mut gm = vec![0f32; sage.params.len()];
+            let batch = Batch {
+                blocks: &b,
+                x: Input::Means {
+                    own: &own,
+                    mean: &mean,
+                },
+                labels,
+            };
+            let (loss1, _) = sage.train_step(&batch, 0.0, &mut rng(0), &mut gm, None);
+            assert!((loss0 - loss1).abs() < 1e-5, "{loss0} against {loss1}");
+            let off = g
+                .iter()
+                .zip(&gm)
+                .map(|(a, c)| (a - c).abs())
+                .fold(0f32, f32::max);
+            assert!(off < 1e-5, "{aggregator:?}: gradients differ by {off}");
+        }
         // Central differences at three steps; an entry passes at any of them. The pool's ReLU
         // and max have kinks: a step that crosses one (a pre-activation within the step of 0,
         // two neighbours within it of each other) is not the derivative, a smaller step misses
@@ -742,7 +830,7 @@ mod tests {
             g.iter_mut().for_each(|v| *v = 0.0);
             let batch = Batch {
                 blocks: &b,
-                x: &x,
+                x: Input::Rows(&x),
                 labels: Targets::Single(&labels),
             };
             sage.train_step(&batch, 0.2, &mut r, &mut g, None);

@@ -5,6 +5,7 @@
 //! adjacency through a closure and does no communication: across ranks the driver answers it
 //! from the owners.
 
+use rand::RngExt;
 use rustc_hash::FxHashMap;
 
 use super::Rng;
@@ -25,19 +26,12 @@ pub struct Block {
 pub fn sample_blocks(
     seeds: &[u64],
     fanouts: &[usize],
-    mut nbrs: impl FnMut(u64, &mut Vec<u64>),
+    nbrs: impl FnMut(u64, &mut Vec<u64>),
     rng: &mut Rng,
 ) -> (Vec<Block>, Vec<u64>) {
-    let mut adj = Vec::new();
-    sample_blocks_by_hop(seeds, fanouts, |dst, fanout, counts, picked| {
-        for &v in dst {
-            adj.clear();
-            nbrs(v, &mut adj);
-            let before = picked.len();
-            pick(&adj, fanout, rng, picked);
-            counts.push((picked.len() - before) as u32);
-        }
-    })
+    let mut b = Blocks::default();
+    b.sample(seeds, fanouts, nbrs, rng);
+    (b.blocks, b.input)
 }
 
 /// The block of `nodes` with every neighbour (layer-wise inference) and its input nodes;
@@ -55,17 +49,18 @@ pub fn whole_block(nodes: &[u64], mut nbrs: impl FnMut(u64, &mut Vec<u64>)) -> (
 }
 
 /// Up to `fanout` of `adj` drawn without replacement (all of them when there are fewer),
-/// appended to `out`.
-pub fn pick(adj: &[u64], fanout: usize, rng: &mut Rng, out: &mut Vec<u64>) {
-    if adj.len() <= fanout {
+/// appended to `out`: a partial Fisher-Yates shuffle of `adj` (the caller's scratch copy),
+/// which allocates nothing.
+pub fn pick(adj: &mut [u64], fanout: usize, rng: &mut Rng, out: &mut Vec<u64>) {
+    let n = adj.len();
+    if n <= fanout {
         out.extend_from_slice(adj);
-    } else {
-        out.extend(
-            rand::seq::index::sample(rng, adj.len(), fanout)
-                .iter()
-                .map(|i| adj[i]),
-        );
+        return;
     }
+    for i in 0..fanout {
+        adj.swap(i, rng.random_range(i..n));
+    }
+    out.extend_from_slice(&adj[..fanout]);
 }
 
 /// As [`sample_blocks`], a hop at a time: `hop(dst, fanout, counts, picked)` appends, for every
@@ -75,47 +70,100 @@ pub fn pick(adj: &[u64], fanout: usize, rng: &mut Rng, out: &mut Vec<u64>) {
 pub fn sample_blocks_by_hop(
     seeds: &[u64],
     fanouts: &[usize],
-    mut hop: impl FnMut(&[u64], usize, &mut Vec<u32>, &mut Vec<u64>),
+    hop: impl FnMut(&[u64], usize, &mut Vec<u32>, &mut Vec<u64>),
 ) -> (Vec<Block>, Vec<u64>) {
-    let mut dst: Vec<u64> = seeds.to_vec();
-    let mut blocks = Vec::with_capacity(fanouts.len());
-    let (mut counts, mut sampled) = (Vec::new(), Vec::new());
-    for &fanout in fanouts {
-        counts.clear();
-        sampled.clear();
-        hop(&dst, fanout, &mut counts, &mut sampled);
-        debug_assert_eq!(counts.len(), dst.len());
-        let mut index: FxHashMap<u64, u32> = dst
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| (v, i as u32))
-            .collect();
-        let mut src = dst.clone();
-        let mut offsets = Vec::with_capacity(dst.len() + 1);
-        offsets.push(0u32);
-        let mut picked = Vec::with_capacity(sampled.len());
-        let mut at = 0;
-        for &c in &counts {
-            for &u in &sampled[at..at + c as usize] {
-                let i = *index.entry(u).or_insert_with(|| {
-                    src.push(u);
-                    (src.len() - 1) as u32
-                });
-                picked.push(i);
+    let mut b = Blocks::default();
+    b.sample_by_hop(seeds, fanouts, hop);
+    (b.blocks, b.input)
+}
+
+/// A mini-batch's blocks (outermost first) and the input nodes of the outermost block, with
+/// the scratch that builds them: kept across steps, nothing is allocated per step once they
+/// have grown to the largest batch.
+#[derive(Default)]
+pub struct Blocks {
+    pub blocks: Vec<Block>,
+    pub input: Vec<u64>,
+    index: FxHashMap<u64, u32>,
+    counts: Vec<u32>,
+    sampled: Vec<u64>,
+    dst: Vec<u64>,
+    adj: Vec<u64>,
+}
+
+impl Blocks {
+    /// The blocks of `seeds`, as [`sample_blocks`], replacing the last batch's.
+    pub fn sample(
+        &mut self,
+        seeds: &[u64],
+        fanouts: &[usize],
+        mut nbrs: impl FnMut(u64, &mut Vec<u64>),
+        rng: &mut Rng,
+    ) {
+        let mut adj = std::mem::take(&mut self.adj);
+        self.sample_by_hop(seeds, fanouts, |dst, fanout, counts, picked| {
+            for &v in dst {
+                adj.clear();
+                nbrs(v, &mut adj);
+                let before = picked.len();
+                pick(&mut adj, fanout, rng, picked);
+                counts.push((picked.len() - before) as u32);
             }
-            at += c as usize;
-            offsets.push(picked.len() as u32);
-        }
-        blocks.push(Block {
-            num_src: src.len(),
-            num_dst: dst.len(),
-            offsets,
-            nbrs: picked,
         });
-        dst = src;
+        self.adj = adj;
     }
-    blocks.reverse();
-    (blocks, dst)
+
+    /// The blocks of `seeds`, as [`sample_blocks_by_hop`], replacing the last batch's.
+    pub fn sample_by_hop(
+        &mut self,
+        seeds: &[u64],
+        fanouts: &[usize],
+        mut hop: impl FnMut(&[u64], usize, &mut Vec<u32>, &mut Vec<u64>),
+    ) {
+        let Blocks {
+            blocks,
+            input,
+            index,
+            counts,
+            sampled,
+            dst,
+            ..
+        } = self;
+        let layers = fanouts.len();
+        blocks.resize_with(layers, Block::default);
+        dst.clear();
+        dst.extend_from_slice(seeds);
+        for (h, &fanout) in fanouts.iter().enumerate() {
+            counts.clear();
+            sampled.clear();
+            hop(dst, fanout, counts, sampled);
+            debug_assert_eq!(counts.len(), dst.len());
+            index.clear();
+            index.extend(dst.iter().enumerate().map(|(i, &v)| (v, i as u32)));
+            // The block's inputs: its outputs, then each new neighbour as first met.
+            input.clear();
+            input.extend_from_slice(dst);
+            let b = &mut blocks[layers - 1 - h];
+            b.offsets.clear();
+            b.offsets.push(0);
+            b.nbrs.clear();
+            let mut at = 0;
+            for &c in counts.iter() {
+                for &u in &sampled[at..at + c as usize] {
+                    let i = *index.entry(u).or_insert_with(|| {
+                        input.push(u);
+                        (input.len() - 1) as u32
+                    });
+                    b.nbrs.push(i);
+                }
+                at += c as usize;
+                b.offsets.push(b.nbrs.len() as u32);
+            }
+            (b.num_src, b.num_dst) = (input.len(), dst.len());
+            std::mem::swap(dst, input);
+        }
+        std::mem::swap(dst, input);
+    }
 }
 
 #[cfg(test)]
@@ -183,6 +231,40 @@ mod tests {
             |v, out| out.extend(adj(v)),
             &mut Rng::seed_from_u64(3),
         );
-        assert_eq!(again, (blocks, input));
+        assert_eq!(again, (blocks.clone(), input.clone()));
+        // Blocks kept across steps: a larger batch before leaves nothing behind.
+        let mut kept = Blocks::default();
+        let many: Vec<u64> = (0..60).collect();
+        kept.sample(&many, &fanouts, |v, out| out.extend(adj(v)), &mut rng);
+        kept.sample(
+            &seeds,
+            &fanouts,
+            |v, out| out.extend(adj(v)),
+            &mut Rng::seed_from_u64(3),
+        );
+        assert_eq!((kept.blocks, kept.input), (blocks, input));
+    }
+
+    /// A pick takes `fanout` distinct neighbours, each about equally often.
+    #[test]
+    fn picks_are_uniform_without_replacement() {
+        let mut rng = Rng::seed_from_u64(9);
+        let mut seen = [0u32; 20];
+        let mut adj: Vec<u64> = (0..20).collect();
+        let mut out = Vec::new();
+        for _ in 0..20_000 {
+            out.clear();
+            pick(&mut adj, 5, &mut rng, &mut out);
+            let mut d = out.clone();
+            d.sort_unstable();
+            d.dedup();
+            assert_eq!(d.len(), 5);
+            out.iter().for_each(|&v| seen[v as usize] += 1);
+        }
+        // Each of 20 is picked 5,000 times in expectation (sd about 61).
+        assert!(
+            seen.iter().all(|&c| (4_700..5_300).contains(&c)),
+            "{seen:?}"
+        );
     }
 }

@@ -27,8 +27,8 @@ use crate::config::{FeatureNorm, SageInput, SageSettings, Strategy, TrainConfig}
 use crate::error::{Error, Result};
 use crate::estimate::{SageHeld, SageShape};
 use crate::graph::nodedata::{self, TEST, TRAIN, VALID};
-use crate::model::sage::{Adam, Aggregator, Batch, Sage, Work};
-use crate::sample::neighbors::Block;
+use crate::model::sage::{Adam, Aggregator, Batch, Input, Sage, Work};
+use crate::sample::neighbors::Blocks;
 use crate::sample::{rng_for, Rng};
 use crate::spmd::agree;
 use crate::stats::{RankMetrics, Timer};
@@ -51,16 +51,16 @@ trait Source {
     /// This rank's share of `nodes` (the ranks' shares partition them).
     fn mine(&self, nodes: &[u64]) -> Vec<u64>;
     /// Collective for the sharded strategy (every rank calls it, also with no seeds): the blocks
-    /// of this rank's `seeds`, the feature rows of their input nodes (into `rows`) and those
-    /// nodes.
+    /// of this rank's `seeds` and their input nodes, and the feature rows of those nodes, into
+    /// `out` (as [`Drawn`] says).
     fn batch(
         &mut self,
         seeds: &[u64],
         fanouts: &[usize],
         rng: &mut Rng,
         m: &mut RankMetrics,
-        rows: &mut Vec<f32>,
-    ) -> (Vec<Block>, Vec<u64>);
+        out: &mut Drawn,
+    );
     /// Collective: the class scores of this rank's share of the nodes with every neighbour,
     /// layer by layer over the whole graph: the nodes and their scores (`classes` each). The
     /// first layer's input rows are the feature rows, with the `learned` rows after them.
@@ -161,11 +161,35 @@ struct Epochs<'a> {
     epoch: (u32, u32),
 }
 
+/// A batch as its source draws it: its blocks and input nodes, and the first layer's input.
+#[derive(Default)]
+struct Drawn {
+    blocks: Blocks,
+    /// Every input node's feature row; with `gather`, only the outermost block's output nodes'
+    /// rows, and their neighbours' means in `means` ([`Input::Means`], read where the rows are).
+    rows: Vec<f32>,
+    means: Vec<f32>,
+    gather: bool,
+}
+
+impl Drawn {
+    /// The first layer's input.
+    fn input(&self) -> Input<'_> {
+        match self.gather {
+            true => Input::Means {
+                own: &self.rows,
+                mean: &self.means,
+            },
+            false => Input::Rows(&self.rows),
+        }
+    }
+}
+
 /// A step's input rows and the model's buffers, kept across steps and evaluations (no
 /// allocation per step once grown).
 #[derive(Default)]
 struct Bufs {
-    rows: Vec<f32>,
+    drawn: Drawn,
     work: Work,
     /// The input rows' gradients and the learnable rows read (`--input learned|both`).
     gx: Vec<f32>,
@@ -184,26 +208,36 @@ impl Epochs<'_> {
             let mine = src.mine(step);
             self.grads.iter_mut().for_each(|g| *g = 0.0);
             let ts = Timer::start();
-            let (blocks, input) = src.batch(
+            // Features alone through the mean or GCN aggregator: the first layer needs only the
+            // output nodes' rows and their neighbours' means, gathered where the rows are.
+            self.b.drawn.gather = self.learned.is_none() && sage.aggregator != Aggregator::Pool;
+            src.batch(
                 &mine,
                 &s.fanout,
                 &mut self.rng,
                 &mut self.m,
-                &mut self.b.rows,
+                &mut self.b.drawn,
             );
+
             if let Some(lr) = &self.learned {
                 let b = &mut self.b;
-                lr.join(&input, self.cols, &mut b.rows, &mut b.scratch, &mut self.m);
+                lr.join(
+                    &b.drawn.blocks.input,
+                    self.cols,
+                    &mut b.drawn.rows,
+                    &mut b.scratch,
+                    &mut self.m,
+                );
                 b.gx.clear();
-                b.gx.resize(input.len() * sage.dims[0], 0.0);
+                b.gx.resize(b.drawn.blocks.input.len() * sage.dims[0], 0.0);
             }
             self.m.seconds.sample += ts.secs();
             let (mut lo, mut c) = (0f64, 0usize);
             if !mine.is_empty() {
                 let tc = Timer::start();
                 let batch = Batch {
-                    blocks: &blocks,
-                    x: &self.b.rows,
+                    blocks: &self.b.drawn.blocks.blocks,
+                    x: self.b.drawn.input(),
                     labels: l.targets(&mine, &mut self.b.labels),
                 };
                 (lo, c) = sage.train_step_in(
@@ -223,7 +257,13 @@ impl Epochs<'_> {
             let inv = 1.0 / step.len() as f32;
             if let Some(lr) = &mut self.learned {
                 // The rows' gradients to their owners, as the weights' of the global batch.
-                lr.push(&input, &self.b.gx, self.cols, inv, &mut self.m);
+                lr.push(
+                    &self.b.drawn.blocks.input,
+                    &self.b.gx,
+                    self.cols,
+                    inv,
+                    &mut self.m,
+                );
             }
             self.m.seconds.push += tp.secs();
             self.grads.iter_mut().for_each(|g| *g *= inv);

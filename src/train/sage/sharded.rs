@@ -15,14 +15,14 @@ use crate::estimate::SageHeld;
 use crate::graph::csr::{self, LocalGraph};
 use crate::graph::nodedata;
 use crate::graph::partition::Scheme;
-use crate::model::sage::{Sage, Work};
-use crate::sample::neighbors::{pick, sample_blocks_by_hop, whole_block, Block};
+use crate::model::sage::{gather_means, Sage, Work};
+use crate::sample::neighbors::{pick, whole_block, Block};
 use crate::sample::Rng;
 use crate::spmd::agree;
 use crate::stats::RankMetrics;
-use crate::store::{decode_row, encode_row};
+use crate::store::{add_row, decode_row, encode_row};
 
-use super::{Learned, Source, INFER_CHUNK};
+use super::{Drawn, Learned, Source, INFER_CHUNK};
 
 /// The default cache of remote feature rows holds this share of the rank's own rows: own
 /// and cached rows then take about `1 / ranks + 1 / (8 ranks)` of the replicated baseline's
@@ -50,8 +50,9 @@ pub(super) struct Sharded<'a> {
     dtype: Dtype,
     window: Window,
     cache: FeatureCache,
-    /// Scratch: one node's neighbours.
+    /// Scratch: one node's neighbours; where a step's input rows are.
     adj: Vec<u64>,
+    located: Located,
 }
 
 impl<'a> Sharded<'a> {
@@ -124,6 +125,7 @@ impl<'a> Sharded<'a> {
                 capacity,
             },
             adj: Vec::new(),
+            located: Located::default(),
         };
         Ok((source, scaled))
     }
@@ -133,7 +135,7 @@ impl<'a> Sharded<'a> {
         self.adj.clear();
         let l = self.g.part.local_index(v);
         self.adj.extend(self.g.neighbors(l).iter());
-        pick(&self.adj, fanout, rng, out);
+        pick(&mut self.adj, fanout, rng, out);
     }
 
     /// Collective: one hop for the frontier `dst` (see [`sample_blocks_by_hop`]): this rank's
@@ -226,6 +228,21 @@ pub(super) struct Rows<'w> {
     pub(super) width: usize,
 }
 
+/// Where a row of a step's input is ([`Rows::locate`]): the kind in the top two bits, the index
+/// (own row, cache slot, or row read from its owner) below.
+const OWN: u64 = 0;
+const CACHED: u64 = 1 << 62;
+const FETCHED: u64 = 2 << 62;
+const INDEX: u64 = (1 << 62) - 1;
+
+/// A step's scratch for reading rows where they are: per input row where it is, and the rows
+/// read from their owners.
+#[derive(Default)]
+pub(super) struct Located {
+    at: Vec<u64>,
+    fetched: Vec<u8>,
+}
+
 impl Rows<'_> {
     /// The rows of `input` (f32, in order) into `out`: this rank's from its window, those in
     /// `cache` from it, the rest read one-sidedly from their owners (and cached while the cache
@@ -233,45 +250,130 @@ impl Rows<'_> {
     pub(super) fn read(
         &self,
         input: &[u64],
-        mut cache: Option<&mut FeatureCache>,
+        cache: Option<&mut FeatureCache>,
         m: &mut RankMetrics,
         out: &mut Vec<f32>,
     ) {
-        let (f, me, dtype) = (self.width, self.comm.rank(), self.dtype);
+        let (f, dtype) = (self.width, self.dtype);
         let rb = f * dtype.size();
         out.clear();
         if f == 0 {
             return;
         }
         out.resize(input.len() * f, 0.0);
-        let mut remote: Vec<Vec<(u32, u32)>> = vec![Vec::new(); self.comm.size()];
+        let mut at = Vec::new();
+        let remote = self.locate(input, cache.as_deref(), m, &mut at);
         self.window.with_local(|bytes| {
-            for (i, &v) in input.iter().enumerate() {
-                let (o, r) = self.part.locate(v);
-                let dst = &mut out[i * f..(i + 1) * f];
-                if o == me {
-                    decode_row(dtype, &bytes[r * rb..(r + 1) * rb], dst);
-                    m.local_rows += 1;
-                } else if let Some(&s) = cache.as_ref().and_then(|c| c.slot_of.get(&v)) {
-                    let c = cache.as_ref().expect("a hit has a cache");
-                    let s = s as usize;
-                    decode_row(dtype, &c.rows[s * rb..(s + 1) * rb], dst);
-                    m.cache_hits += 1;
-                } else {
-                    remote[o].push((i as u32, r as u32));
-                }
+            for (i, &l) in at.iter().enumerate() {
+                let r = (l & INDEX) as usize * rb;
+                let src = match l & !INDEX {
+                    OWN => &bytes[r..r + rb],
+                    CACHED => &cache.as_ref().expect("a hit has a cache").rows[r..r + rb],
+                    _ => continue,
+                };
+                decode_row(dtype, src, &mut out[i * f..(i + 1) * f]);
             }
         });
+        let mut buf = Vec::new();
+        self.fetch(&remote, input, cache, m, &mut buf);
+        for (&(i, _), row) in remote.iter().flatten().zip(buf.chunks_exact(rb)) {
+            let i = i as usize;
+            decode_row(dtype, row, &mut out[i * f..(i + 1) * f]);
+        }
+    }
+
+    /// The outermost block `b`'s own rows and neighbours' means ([`gather_means`]) read where
+    /// the rows are: this rank's window, the cache, or a buffer of the rows read from their
+    /// owners (the reads and cache admissions of [`Rows::read`], without copying every input
+    /// row into one matrix first).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn gather(
+        &self,
+        b: &Block,
+        input: &[u64],
+        mut cache: Option<&mut FeatureCache>,
+        m: &mut RankMetrics,
+        scratch: &mut Located,
+        own: &mut Vec<f32>,
+        mean: &mut Vec<f32>,
+    ) {
+        let (f, dtype) = (self.width, self.dtype);
+        let rb = f * dtype.size();
+        let Located { at, fetched } = scratch;
+        let remote = self.locate(input, cache.as_deref(), m, at);
+        self.fetch(&remote, input, cache.as_deref_mut(), m, fetched);
+        let cached = cache.as_deref();
+        self.window.with_local(|bytes| {
+            let add = |j: usize, acc: &mut [f32]| {
+                let (l, r) = (at[j] & !INDEX, (at[j] & INDEX) as usize * rb);
+                let src = match l {
+                    OWN => &bytes[r..r + rb],
+                    CACHED => &cached.expect("a hit has a cache").rows[r..r + rb],
+                    _ => &fetched[r..r + rb],
+                };
+                add_row(dtype, src, acc);
+            };
+            gather_means(b, f, add, own, mean);
+        });
+    }
+
+    /// Where each row of `input` is, into `at`; returns per owner the rows to read from it
+    /// (input index, row), in the order of their `FETCHED` indices.
+    fn locate(
+        &self,
+        input: &[u64],
+        cache: Option<&FeatureCache>,
+        m: &mut RankMetrics,
+        at: &mut Vec<u64>,
+    ) -> Vec<Vec<(u32, u32)>> {
+        let me = self.comm.rank();
+        let mut remote: Vec<Vec<(u32, u32)>> = vec![Vec::new(); self.comm.size()];
+        let mut fetched = 0u64;
+        at.clear();
+        at.extend(input.iter().enumerate().map(|(i, &v)| {
+            let (o, r) = self.part.locate(v);
+            if o == me {
+                m.local_rows += 1;
+                OWN | r as u64
+            } else if let Some(&s) = cache.and_then(|c| c.slot_of.get(&v)) {
+                m.cache_hits += 1;
+                CACHED | u64::from(s)
+            } else {
+                remote[o].push((i as u32, r as u32));
+                fetched += 1;
+                FETCHED | (fetched - 1)
+            }
+        }));
+        // The reads go owner by owner: number the fetched rows in that order.
+        for (k, &(i, _)) in remote.iter().flatten().enumerate() {
+            at[i as usize] = FETCHED | k as u64;
+        }
+        remote
+    }
+
+    /// Read the `remote` rows one-sidedly into `buf`, owner by owner (their `FETCHED` order),
+    /// and admit them to the cache while it has room.
+    fn fetch(
+        &self,
+        remote: &[Vec<(u32, u32)>],
+        input: &[u64],
+        cache: Option<&mut FeatureCache>,
+        m: &mut RankMetrics,
+        buf: &mut Vec<u8>,
+    ) {
+        let rb = self.width * self.dtype.size();
         let count = self
             .window
-            .get_tagged(self.comm.watchdog(), &remote, rb, 4096, |i, row| {
-                let i = i as usize;
-                decode_row(dtype, row, &mut out[i * f..(i + 1) * f]);
-                if let Some(c) = cache.as_mut().filter(|c| c.slot_of.len() < c.capacity) {
-                    c.slot_of.insert(input[i], c.slot_of.len() as u32);
-                    c.rows.extend_from_slice(row);
+            .get_ordered(self.comm.watchdog(), remote, rb, 4096, buf);
+        if let Some(c) = cache {
+            for (&(i, _), row) in remote.iter().flatten().zip(buf.chunks_exact(rb)) {
+                if c.slot_of.len() >= c.capacity {
+                    break;
                 }
-            });
+                c.slot_of.insert(input[i as usize], c.slot_of.len() as u32);
+                c.rows.extend_from_slice(row);
+            }
+        }
         m.cache_misses += count as u64;
         m.fetch_bytes += (count * rb) as u64;
         m.one_sided_bytes += (count * rb) as u64;
@@ -378,20 +480,26 @@ impl Source for Sharded<'_> {
         fanouts: &[usize],
         rng: &mut Rng,
         m: &mut RankMetrics,
-        rows: &mut Vec<f32>,
-    ) -> (Vec<Block>, Vec<u64>) {
-        let (blocks, input) = sample_blocks_by_hop(seeds, fanouts, |dst, fanout, c, p| {
-            self.hop(dst, fanout, rng, c, p)
-        });
-        Rows {
+        out: &mut Drawn,
+    ) {
+        out.blocks
+            .sample_by_hop(seeds, fanouts, |dst, fanout, c, p| {
+                self.hop(dst, fanout, rng, c, p)
+            });
+        let reader = Rows {
             comm: self.comm,
             part: &self.g.part,
             window: &self.window,
             dtype: self.dtype,
             width: self.cols,
+        };
+        let (input, cache) = (&out.blocks.input, Some(&mut self.cache));
+        if out.gather {
+            let (b, own, mean) = (&out.blocks.blocks[0], &mut out.rows, &mut out.means);
+            reader.gather(b, input, cache, m, &mut self.located, own, mean);
+        } else {
+            reader.read(input, cache, m, &mut out.rows);
         }
-        .read(&input, Some(&mut self.cache), m, rows);
-        (blocks, input)
     }
 
     fn infer(

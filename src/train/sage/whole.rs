@@ -8,12 +8,12 @@ use crate::comm::Comm;
 use crate::error::Result;
 use crate::estimate::SageHeld;
 use crate::graph::h5::EdgeFile;
-use crate::model::sage::{Sage, Work};
-use crate::sample::neighbors::{sample_blocks, whole_block, Block};
+use crate::model::sage::{gather_means, Sage, Work};
+use crate::sample::neighbors::whole_block;
 use crate::sample::Rng;
 use crate::stats::RankMetrics;
 
-use super::{scale_rows, Learned, Source, INFER_CHUNK};
+use super::{scale_rows, Drawn, Learned, Source, INFER_CHUNK};
 
 /// A graph and its feature rows, whole on this rank.
 pub(super) struct Whole {
@@ -98,16 +98,23 @@ impl Source for Whole {
         fanouts: &[usize],
         rng: &mut Rng,
         m: &mut RankMetrics,
-        rows: &mut Vec<f32>,
-    ) -> (Vec<Block>, Vec<u64>) {
-        let (blocks, input) = sample_blocks(seeds, fanouts, |v, o| self.nbrs(v, o), rng);
-        let f = self.cols;
+        out: &mut Drawn,
+    ) {
+        out.blocks
+            .sample(seeds, fanouts, |v, o| self.nbrs(v, o), rng);
+        let (f, x, input) = (self.cols, &self.x, &out.blocks.input);
         m.local_rows += input.len() as u64;
-        rows.clear();
-        for &v in &input {
-            rows.extend_from_slice(&self.x[v as usize * f..(v as usize + 1) * f]);
+        let row = |j: usize| &x[input[j] as usize * f..(input[j] as usize + 1) * f];
+        let rows = &mut out.rows;
+        if out.gather {
+            let add = |j, acc: &mut [f32]| acc.iter_mut().zip(row(j)).for_each(|(a, v)| *a += v);
+            gather_means(&out.blocks.blocks[0], f, add, rows, &mut out.means);
+        } else {
+            rows.clear();
+            for j in 0..input.len() {
+                rows.extend_from_slice(row(j));
+            }
         }
-        (blocks, input)
     }
 
     fn infer(
