@@ -498,6 +498,7 @@ fn refuse_other_models_flags(r: &RawTrain, model: Model) -> Result<()> {
         (r.feature_norm.is_some(), "--feature-norm", sage),
         (r.aggregator.is_some(), "--aggregator", sage),
         (r.input.is_some(), "--input", sage),
+        (r.objective.is_some(), "--objective", sage),
     ]
     .into_iter()
     .filter(|&(given, _, applies)| given && !applies)
@@ -509,7 +510,7 @@ fn refuse_other_models_flags(r: &RawTrain, model: Model) -> Result<()> {
                 unused.join(", "),
                 if unused.len() == 1 { "does" } else { "do" },
                 format!("{model:?}").to_lowercase(),
-                "--walks-per-node, --walk-length, --window and --kernel are the walk models' (deepwalk, node2vec), --order and --line-samples LINE's, --hidden, --fanout, --dropout, --weight-decay, --feature-norm, --aggregator and --input GraphSAGE's",
+                "--walks-per-node, --walk-length, --window and --kernel are the walk models' (deepwalk, node2vec), --order and --line-samples LINE's, --hidden, --fanout, --dropout, --weight-decay, --feature-norm, --aggregator, --input and --objective GraphSAGE's",
                 if unused.len() == 1 { "it" } else { "them" }
             )));
     }
@@ -630,7 +631,12 @@ impl TrainConfig {
             walks_per_node: r.walks_per_node.unwrap_or(10),
             walk_length: r.walk_length.unwrap_or(80),
             window: r.window.unwrap_or(10),
-            negatives: r.negatives.unwrap_or(if kg { KG_NEGATIVES } else { 5 }),
+            negatives: r.negatives.unwrap_or(match model {
+                _ if kg => KG_NEGATIVES,
+                // GraphSAGE's unsupervised loss: the paper's Q.
+                Model::Sage => SAGE_NEGATIVES,
+                _ => 5,
+            }),
             epochs: r.epochs.unwrap_or(default_epochs(model)),
             p: r.p.unwrap_or(1.0),
             q: r.q.unwrap_or(1.0),

@@ -57,10 +57,15 @@ pub const KG_CHUNK: usize = 64;
 pub const KG_BATCH: usize = 1024;
 pub const KG_EPOCHS: u32 = 30;
 pub const KG_N3: f32 = 0.05;
+
 /// GraphSAGE (`--model sage`): epochs and seeds per step over all ranks, at most
 /// [`sage_batch`]'s share of the training nodes.
 pub const SAGE_EPOCHS: u32 = 100;
 pub const SAGE_BATCH: usize = 512;
+
+/// Negatives per anchor of GraphSAGE's unsupervised loss (the paper's Q), shared by a step's
+/// anchors on a rank.
+pub const SAGE_NEGATIVES: u32 = 20;
 
 /// Steps per epoch the default GraphSAGE batch keeps at least.
 pub const SAGE_STEPS_PER_EPOCH: usize = 4;

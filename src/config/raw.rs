@@ -240,6 +240,12 @@ pub struct RawTrain {
     /// applies sparse Adam), or both side by side
     #[arg(long, value_enum)]
     pub input: Option<crate::config::SageInput>,
+    /// GraphSAGE: what it learns from: the nodes' labels (supervised: a softmax or sigmoid per
+    /// class; default), or no labels at all (unsupervised: GraphSAGE's loss pulling a node's
+    /// output row toward a node met on a short walk from it and away from --negatives nodes
+    /// drawn by degree^0.75; the output rows are embeddings for `eval nodeclf|linkpred`)
+    #[arg(long, value_enum)]
+    pub objective: Option<crate::config::SageObjective>,
     /// Test hook: make one rank fail, `rank=R,step=S,kind=panic|exit|hang|kill`.
     #[arg(long, hide = true)]
     #[serde(skip)]
@@ -429,6 +435,7 @@ impl RawTrain {
             feature_norm: None,
             aggregator: None,
             input: None,
+            objective: None,
             inject_fault: None,
         })
     }
@@ -501,6 +508,7 @@ impl RawTrain {
             feature_norm,
             aggregator,
             input,
+            objective,
             inject_fault
         )
     }

@@ -19,6 +19,18 @@ pub struct SageSettings {
     pub input: SageInput,
     /// The learnable rows' width (`--dim`; with `--input learned|both`).
     pub learned_dim: usize,
+    /// Labels or none (`--objective`).
+    pub objective: SageObjective,
+}
+
+/// What GraphSAGE learns from (`--objective`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum SageObjective {
+    /// The nodes' labels: a softmax (one class per node) or a sigmoid per class.
+    Supervised,
+    /// No labels: GraphSAGE's unsupervised loss over short walks and degree^0.75 negatives.
+    Unsupervised,
 }
 
 /// A GraphSAGE node's input row (`--input`).
@@ -78,6 +90,7 @@ impl SageSettings {
             aggregator: r.aggregator.unwrap_or(crate::model::sage::Aggregator::Mean),
             input: r.input.unwrap_or(SageInput::Features),
             learned_dim: r.dim.unwrap_or(128),
+            objective: r.objective.unwrap_or(SageObjective::Supervised),
         };
         let mut errs = Vec::new();
         if r.dim.is_some() && !s.input.learned() {

@@ -45,6 +45,15 @@ pub enum Targets<'a> {
     /// sigmoid cross-entropy per class (multi-label; a class is predicted when its score is
     /// above 0).
     Multi { offsets: &'a [u32], ids: &'a [u32] },
+    /// No classes (GraphSAGE's unsupervised loss): the seeds' output rows are embeddings, and
+    /// each anchor `anchors[i]` is pulled toward its positive `positives[i]` (a node met on a
+    /// short walk from it) and pushed from every one of `negatives` (shared by the batch):
+    /// `-log σ(z_a·z_p) - Σ_q log σ(-z_a·z_q)`. Entries are seed rows.
+    Pairs {
+        anchors: &'a [u32],
+        positives: &'a [u32],
+        negatives: &'a [u32],
+    },
 }
 
 /// How a node's neighbours are combined with it (`--aggregator`).
@@ -333,6 +342,11 @@ impl Sage {
             Targets::Multi { offsets, ids } => {
                 sigmoid_xent(scores, (offsets, ids), classes, &mut w.dz)
             }
+            Targets::Pairs {
+                anchors,
+                positives,
+                negatives,
+            } => pair_xent(scores, (anchors, positives, negatives), classes, &mut w.dz),
         };
         if let Input::Means { .. } = x {
             assert!(gx.is_none(), "gathered means take no input gradient");
@@ -606,15 +620,90 @@ fn sigmoid_xent(
         }
         let mut all_right = true;
         for ((&x, gi), &t) in s.iter().zip(g.iter_mut()).zip(&truth) {
-            // log(1 + e^x) - t x, stable for either sign of x.
-            let softplus = x.max(0.0) + (-x.abs()).exp().ln_1p();
-            loss += f64::from(softplus - if t { x } else { 0.0 });
-            *gi = 1.0 / (1.0 + (-x).exp()) - f32::from(u8::from(t));
+            // log(1 + e^x) - t x.
+            loss += f64::from(softplus(x) - if t { x } else { 0.0 });
+            *gi = sigmoid(x) - f32::from(u8::from(t));
             all_right &= (x > 0.0) == t;
         }
         correct += usize::from(all_right);
     }
     (loss, correct)
+}
+
+/// `log(1 + e^x)`, stable for either sign of `x`.
+fn softplus(x: f32) -> f32 {
+    x.max(0.0) + (-x.abs()).exp().ln_1p()
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// GraphSAGE's unsupervised loss ([`Targets::Pairs`]) over the seeds' output rows `z` (`d`
+/// wide) scaled to unit length (as the paper's embeddings: bounded scores, so that the
+/// negatives cannot win by shrinking every row toward zero), summed over the anchors, and the
+/// anchors whose positive scores above every negative; the gradient of the summed loss with
+/// respect to `z` into `grad`.
+fn pair_xent(
+    z: &[f32],
+    (anchors, positives, negatives): (&[u32], &[u32], &[u32]),
+    d: usize,
+    grad: &mut Vec<f32>,
+) -> (f64, usize) {
+    zeroed(grad, z.len());
+    let norms: Vec<f32> = z
+        .chunks_exact(d)
+        .map(|r| r.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12))
+        .collect();
+    let unit: Vec<f32> = z
+        .chunks_exact(d)
+        .zip(&norms)
+        .flat_map(|(r, &n)| r.iter().map(move |x| x / n))
+        .collect();
+    let row = |i: u32| &unit[i as usize * d..(i as usize + 1) * d];
+    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    // The gradient with respect to the unit rows first.
+    let mut gu = vec![0f32; z.len()];
+    let mut add = |i: u32, k: f32, r: &[f32]| {
+        gu[i as usize * d..(i as usize + 1) * d]
+            .iter_mut()
+            .zip(r)
+            .for_each(|(a, x)| *a += k * x);
+    };
+    let (mut loss, mut ranked) = (0f64, 0usize);
+    for (&a, &p) in anchors.iter().zip(positives) {
+        let (za, zp) = (row(a), row(p));
+        let s = dot(za, zp);
+        loss += f64::from(softplus(-s));
+        // d/ds of -log σ(s) is -σ(-s).
+        let k = -sigmoid(-s);
+        add(a, k, zp);
+        add(p, k, za);
+        let mut above = true;
+        for &q in negatives {
+            let zq = row(q);
+            let t = dot(za, zq);
+            loss += f64::from(softplus(t));
+            let k = sigmoid(t);
+            add(a, k, zq);
+            add(q, k, za);
+            above &= s > t;
+        }
+        ranked += usize::from(above);
+    }
+    // Through the scaling: d(z/|z|) = (I - u u^T) / |z|.
+    for (((g, gu), u), &n) in grad
+        .chunks_exact_mut(d)
+        .zip(gu.chunks_exact(d))
+        .zip(unit.chunks_exact(d))
+        .zip(&norms)
+    {
+        let along = dot(u, gu);
+        for ((g, &gu), &u) in g.iter_mut().zip(gu).zip(u) {
+            *g = (gu - u * along) / n;
+        }
+    }
+    (loss, ranked)
 }
 
 /// Adam (Kingma and Ba) over a flat parameter vector, with L2 weight decay added to the
@@ -709,8 +798,15 @@ mod tests {
             offsets: &[0, 2, 2],
             ids: &[0, 2],
         };
+        // Unsupervised: seed 0 pulled toward seed 1, pushed from seed 1 too (a node can be
+        // both), and seed 1 toward seed 0 against seed 0 itself.
+        let pairs = Targets::Pairs {
+            anchors: &[0, 1],
+            positives: &[1, 0],
+            negatives: &[1, 0],
+        };
         for aggregator in [Aggregator::Mean, Aggregator::Gcn, Aggregator::Pool] {
-            for labels in [single, multi] {
+            for labels in [single, multi, pairs] {
                 gradients_match_for(aggregator, labels);
             }
         }

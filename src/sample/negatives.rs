@@ -73,6 +73,11 @@ impl NegativePool {
         self.pool = shares.into_iter().flatten().collect();
     }
 
+    /// The installed pool itself.
+    pub fn into_pool(self) -> Vec<u64> {
+        self.pool
+    }
+
     /// One negative (the pool is never empty after a refresh of a graph with edges).
     #[inline]
     pub fn draw(&self, rng: &mut Rng) -> u64 {

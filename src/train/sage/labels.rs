@@ -45,6 +45,18 @@ impl Labelled {
         })
     }
 
+    /// No labels (GraphSAGE's unsupervised loss): every node of the graph at `path` trains,
+    /// none is scored.
+    pub(super) fn unlabelled(path: &Path) -> Result<Labelled> {
+        let n = crate::graph::h5::EdgeFile::open(path)?.num_nodes;
+        Ok(Labelled {
+            labels: nodedata::Labels::from_pairs(n, Vec::new()),
+            multi: false,
+            classes: 0,
+            split: vec![nodedata::TRAIN; n as usize],
+        })
+    }
+
     /// What the progress lines call the share of training seeds predicted right and the
     /// validation and test score.
     pub(super) fn names(&self) -> (&'static str, &'static str) {

@@ -12,9 +12,11 @@
 //! the weights, the effective configuration and every node's class scores (`embeddings`).
 
 mod ckpt;
+mod eval;
 mod labels;
 mod learned;
 mod sharded;
+mod unsup;
 mod whole;
 
 use std::path::Path;
@@ -23,7 +25,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 use crate::comm::{Comm, ReduceOp};
-use crate::config::{FeatureNorm, SageInput, SageSettings, Strategy, TrainConfig};
+use crate::config::{FeatureNorm, SageInput, SageObjective, SageSettings, Strategy, TrainConfig};
 use crate::error::{Error, Result};
 use crate::estimate::{SageHeld, SageShape};
 use crate::graph::nodedata::{self, TEST, TRAIN, VALID};
@@ -38,7 +40,10 @@ use labels::{micro_f1, Labelled};
 use learned::Learned;
 use sharded::Sharded;
 use std::sync::atomic::Ordering::Relaxed;
+use unsup::Pairs;
 use whole::Whole;
+
+pub use eval::{evaluate, SplitScores};
 
 /// Nodes whose layer output is computed at once in layer-wise inference.
 const INFER_CHUNK: usize = 4096;
@@ -71,6 +76,20 @@ trait Source {
         m: &mut RankMetrics,
         learned: Option<&Learned>,
     ) -> (Vec<u64>, Vec<f32>);
+    /// Collective for the sharded strategy: one hop for the frontier `dst`, as
+    /// [`crate::sample::neighbors::sample_blocks_by_hop`] takes it (this rank's nodes sampled
+    /// here, the others' by their owners).
+    fn hop(
+        &mut self,
+        dst: &[u64],
+        fanout: usize,
+        rng: &mut Rng,
+        counts: &mut Vec<u32>,
+        picked: &mut Vec<u64>,
+    );
+    /// Collective: `size` nodes drawn by degree^0.75 over the whole graph (the unsupervised
+    /// loss's negatives).
+    fn negative_pool(&mut self, size: usize, rng: &mut Rng) -> Vec<u64>;
     /// Whose node a node is (the sharded strategy); `None` when every rank holds every node.
     fn partitioner(&self) -> Option<crate::graph::partition::Partitioner>;
     /// What this rank holds, for its memory estimate.
@@ -159,6 +178,8 @@ struct Epochs<'a> {
     /// Rank 0's progress line, and the epoch under way of how many.
     progress: super::Progress,
     epoch: (u32, u32),
+    /// GraphSAGE's unsupervised loss (`--objective unsupervised`): a step's pairs.
+    pairs: Option<Pairs>,
 }
 
 /// A batch as its source draws it: its blocks and input nodes, and the first layer's input.
@@ -211,8 +232,13 @@ impl Epochs<'_> {
             // Features alone through the mean or GCN aggregator: the first layer needs only the
             // output nodes' rows and their neighbours' means, gathered where the rows are.
             self.b.drawn.gather = self.learned.is_none() && sage.aggregator != Aggregator::Pool;
+            // Unsupervised: the anchors' positives and the step's negatives are seeds too.
+            if let Some(p) = &mut self.pairs {
+                p.draw(src, &mine, &mut self.rng);
+            }
+            let seeds = self.pairs.as_ref().map_or(&mine[..], |p| &p.seeds[..]);
             src.batch(
-                &mine,
+                seeds,
                 &s.fanout,
                 &mut self.rng,
                 &mut self.m,
@@ -238,7 +264,10 @@ impl Epochs<'_> {
                 let batch = Batch {
                     blocks: &self.b.drawn.blocks.blocks,
                     x: self.b.drawn.input(),
-                    labels: l.targets(&mine, &mut self.b.labels),
+                    labels: match &self.pairs {
+                        Some(p) => p.targets(),
+                        None => l.targets(&mine, &mut self.b.labels),
+                    },
                 };
                 (lo, c) = sage.train_step_in(
                     &mut self.b.work,
@@ -281,6 +310,43 @@ impl Epochs<'_> {
         (loss, right)
     }
 
+    /// Collective: the epoch's validation score and every node's scores behind it, with rank
+    /// 0's line. The unsupervised loss has no labels to score: the last epoch counts as the best
+    /// (its score is its number) and the nodes are scored once, after training.
+    fn validate(
+        &mut self,
+        sage: &Sage,
+        src: &mut dyn Source,
+        epoch: u32,
+        (loss, right): (f64, f64),
+        seeds: usize,
+    ) -> (f64, Option<Scored>) {
+        let (comm, l) = (self.comm, self.l);
+        let (loss, right) = (loss / seeds as f64, right / seeds as f64);
+        if self.pairs.is_some() {
+            if comm.rank() == 0 {
+                eprintln!(
+                    "graphscale: epoch {:>3}  loss {loss:.4}  positives above every negative {right:.3}",
+                    epoch + 1
+                );
+            }
+            return (f64::from(epoch + 1), None);
+        }
+        let te = Timer::start();
+        let scored = Scored::new(comm, sage, src, &mut self.b.work, self.learned.as_ref());
+        let v = scored.accuracy(comm, l, VALID);
+        self.m.eval_seconds += te.secs();
+        self.m.valid_accuracy.push(v);
+        if comm.rank() == 0 {
+            let (train, valid) = l.names();
+            eprintln!(
+                "graphscale: epoch {:>3}  loss {loss:.4}  train {train} {right:.3}  valid {valid} {v:.3}",
+                epoch + 1,
+            );
+        }
+        (v, Some(scored))
+    }
+
     /// Collective: the epochs, each followed by scoring every node and the validation split;
     /// the parameters (and learnable rows) of the best validation epoch are kept, and
     /// `--patience` epochs without a better one stop training. Returns the best validation
@@ -294,7 +360,7 @@ impl Epochs<'_> {
         train: &[u64],
         (cfg, ident, resumed): (&TrainConfig, &serde_json::Value, Option<ckpt::State>),
     ) -> Result<(Best, u64)> {
-        let (comm, l) = (self.comm, self.l);
+        let comm = self.comm;
         let (mut best, mut best_params, mut since) = (-1f64, sage.params.clone(), 0u32);
         let (mut best_scored, mut eval_sent, mut first) = (None, 0, 0);
         if let Some(st) = resumed {
@@ -311,30 +377,19 @@ impl Epochs<'_> {
             self.rng = rng_for(cfg.seed ^ salt, comm.rank(), 7);
             order.copy_from_slice(train);
             order.shuffle(&mut Rng::seed_from_u64(cfg.seed ^ salt));
-            let (loss, right) = self.epoch(sage, src, &order);
-            let te = Timer::start();
-            let scored = Scored::new(comm, sage, src, &mut self.b.work, self.learned.as_ref());
-            let v = scored.accuracy(comm, l, VALID);
-            self.m.eval_seconds += te.secs();
-            self.m.valid_accuracy.push(v);
-            eval_sent += scored.sent;
-            if comm.rank() == 0 {
-                eprintln!(
-                    "graphscale: epoch {:>3}  loss {:.4}  train {} {:.3}  valid {} {v:.3}",
-                    epoch + 1,
-                    loss / train.len() as f64,
-                    l.names().0,
-                    right / train.len() as f64,
-                    l.names().1,
-                );
+            if let Some(p) = &mut self.pairs {
+                p.refresh(src, &mut self.rng);
             }
+            let (loss, right) = self.epoch(sage, src, &order);
+            let (v, scored) = self.validate(sage, src, epoch, (loss, right), train.len());
+            eval_sent += scored.as_ref().map_or(0, |s| s.sent);
             if v > best {
                 (best, since) = (v, 0);
                 best_params.clone_from(&sage.params);
                 if let Some(lr) = &mut self.learned {
                     lr.keep();
                 }
-                best_scored = Some(scored);
+                best_scored = scored;
             } else {
                 since += 1;
                 if cfg.kg.patience.is_some_and(|p| since >= p) {
@@ -515,18 +570,24 @@ fn announce(
     let strategy = strategy_name(cfg);
     let count = |code| l.split.iter().filter(|&&c| c == code).count();
     let (train, valid, test) = (count(TRAIN), count(VALID), count(TEST));
+    let nodes = if s.objective == SageObjective::Unsupervised {
+        format!(
+            "unsupervised over {} nodes ({} negatives per step and rank)",
+            l.split.len(),
+            cfg.negatives
+        )
+    } else {
+        format!("{train} train / {valid} valid / {test} test nodes")
+    };
     let held = if cfg.strategy == Strategy::Replicated {
         "every rank holds the graph and every feature row"
     } else {
         "every rank holds its nodes' adjacency and feature rows"
     };
     eprintln!(
-        "graphscale: GraphSAGE-{} {dims:?}, fan-out {:?}, {} train / {} valid / {} test nodes, {} seeds per step{} over {} ranks; {strategy}: {held} ({} x {} features{}; {} of feature rows on rank 0)",
+        "graphscale: GraphSAGE-{} {dims:?}, fan-out {:?}, {nodes}, {} seeds per step{} over {} ranks; {strategy}: {held} ({} x {} features{}; {} of feature rows on rank 0)",
         format!("{:?}", s.aggregator).to_lowercase(),
         s.fanout,
-        train,
-        valid,
-        test,
         cfg.batch_size,
         if cfg.batch_size_is_default {
             " (the default: 512, at most a quarter of the training nodes)"
@@ -612,7 +673,14 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     let t = Timer::start();
     // Features first: without them nothing else matters (the error names the flag).
     let (mut src, normalized) = source(comm, &Placement::of(cfg), s.feature_norm)?;
-    let l = agree(comm, Labelled::load(&cfg.graph))?;
+    let unsup = s.objective == SageObjective::Unsupervised;
+    let l = agree(
+        comm,
+        match unsup {
+            true => Labelled::unlabelled(&cfg.graph),
+            false => Labelled::load(&cfg.graph),
+        },
+    )?;
     let load = t.secs();
     let train = l.nodes(TRAIN);
     if train.is_empty() {
@@ -643,7 +711,8 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     });
     let mut dims = vec![cols + learned.as_ref().map_or(0, |l| l.dim)];
     dims.extend(std::iter::repeat_n(s.hidden, s.fanout.len() - 1));
-    dims.push(l.classes.max(2));
+    // Unsupervised: the last layer's output rows are the embeddings, --hidden wide.
+    dims.push(if unsup { s.hidden } else { l.classes.max(2) });
     let mut sage = Sage::with_aggregator(&dims, s.aggregator, &mut Rng::seed_from_u64(cfg.seed));
     let mut adam = Adam::new(sage.params.len(), cfg.lr, s.weight_decay);
     let mut learned = learned;
@@ -688,6 +757,7 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         m,
         progress: super::Progress::sage(comm.rank() == 0),
         epoch: (0, cfg.epochs),
+        pairs: unsup.then(|| Pairs::new(cfg.negatives as usize)),
     };
     let (best, eval_sent) = ep.train(&mut sage, src.as_mut(), &train, (cfg, &ident, resumed))?;
     let Best {
@@ -705,20 +775,48 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     m.comm_bytes_sent = traffic.sent.load(Relaxed) - eval_sent;
     m.comm_bytes_received = traffic.received.load(Relaxed);
     sage.params = best_params;
-    let scored = match best_scored {
+    let mut scored = match best_scored {
         Some(s) => s,
         None => Scored::new(comm, &sage, src.as_mut(), &mut b.work, learned.as_ref()),
     };
-    let acc = scored.accuracy(comm, &l, TEST);
-    if comm.rank() == 0 {
-        let name = l.names().1;
-        if l.split.contains(&TEST) {
-            eprintln!("graphscale: test {name} {acc:.4} (the best validation epoch's parameters: valid {name} {best:.4})");
-        } else {
-            eprintln!("graphscale: no test nodes in the split (the best validation epoch's parameters: valid {name} {best:.4})");
+    conclude(comm, (unsup, s.hidden), &l, &mut scored, best);
+    finish(comm, cfg, (&sage, learned.as_ref()), &l, (m, scored))
+}
+
+/// Collective: rank 0's last line. Supervised, the test split's score; unsupervised, the
+/// embeddings, scaled to unit length as the loss scored them.
+fn conclude(
+    comm: &Comm,
+    (unsup, hidden): (bool, usize),
+    l: &Labelled,
+    scored: &mut Scored,
+    best: f64,
+) {
+    if unsup {
+        // The loss scored the rows at unit length: so are the embeddings written.
+        for r in scored.scores.chunks_exact_mut(hidden) {
+            let n = r.iter().map(|x| x * x).sum::<f32>().sqrt();
+            if n > 0.0 {
+                r.iter_mut().for_each(|x| *x /= n);
+            }
+        }
+        if comm.rank() == 0 {
+            eprintln!(
+                "graphscale: unsupervised: every node's output row ({} values) is its embedding (eval nodeclf, eval linkpred)",
+                hidden
+            );
+        }
+    } else {
+        let acc = scored.accuracy(comm, l, TEST);
+        if comm.rank() == 0 {
+            let name = l.names().1;
+            if l.split.contains(&TEST) {
+                eprintln!("graphscale: test {name} {acc:.4} (the best validation epoch's parameters: valid {name} {best:.4})");
+            } else {
+                eprintln!("graphscale: no test nodes in the split (the best validation epoch's parameters: valid {name} {best:.4})");
+            }
         }
     }
-    finish(comm, cfg, (&sage, learned.as_ref()), &l, (m, scored))
 }
 
 /// Collective: every node's class scores to the output, and the metrics of every rank.
@@ -793,166 +891,4 @@ fn write_weights(path: &Path, sage: &Sage) -> Result<()> {
         .and_then(|a| a.write(&dims))
         .map_err(err("attribute dims"))?;
     crate::graph::h5::flush(&f, path)
-}
-
-/// One split's scores in `eval gnn` (single-label: micro-F1 is the accuracy).
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct SplitScores {
-    pub nodes: u64,
-    pub accuracy: f64,
-    pub micro_f1: f64,
-    pub macro_f1: f64,
-}
-
-/// What `eval gnn` needs of a trained model besides its weights.
-struct Trained {
-    norm: FeatureNorm,
-    input: SageInput,
-    /// The learnable rows' width (`--input learned|both`; 0 without).
-    learned_dim: usize,
-}
-
-/// `train --model sage`'s output read back: the model, the feature scaling and the input rows
-/// it trained with.
-fn read_model(path: &Path) -> Result<(Sage, Trained)> {
-    let f = crate::graph::h5::open_h5(path)?;
-    let err = |what: &'static str| move |e| Error::hdf5(path, what, e);
-    let text = |name: &str| -> Option<String> {
-        f.attr(name)
-            .and_then(|a| a.read_scalar::<hdf5::types::VarLenUnicode>())
-            .ok()
-            .map(|v| v.as_str().to_string())
-    };
-    if text("model").as_deref() != Some("sage") {
-        return Err(Error::bad_input(
-            path,
-            "not a GraphSAGE model: give the output of `graphscale train --model sage`",
-        ));
-    }
-    let params = f
-        .dataset("weights")
-        .and_then(|d| d.read_raw::<f32>())
-        .map_err(err("read weights"))?;
-    let dims: Vec<usize> = f
-        .attr("dims")
-        .and_then(|a| a.read_raw::<u64>())
-        .map_err(err("read attribute dims"))?
-        .into_iter()
-        .map(|d| d as usize)
-        .collect();
-    let config = text("config").and_then(|c| serde_json::from_str::<serde_json::Value>(&c).ok());
-    let norm = config
-        .as_ref()
-        .and_then(|v| serde_json::from_value(v["feature_norm"].clone()).ok())
-        .unwrap_or(FeatureNorm::Auto);
-    let aggregator = config
-        .as_ref()
-        .and_then(|v| serde_json::from_value(v["aggregator"].clone()).ok())
-        .unwrap_or(Aggregator::Mean);
-    let input = config
-        .as_ref()
-        .and_then(|v| serde_json::from_value(v["input"].clone()).ok())
-        .unwrap_or(SageInput::Features);
-    let learned_dim = if input.learned() {
-        f.dataset("input_rows")
-            .map(|d| d.shape().get(1).copied().unwrap_or(0))
-            .map_err(err(
-                "open input_rows (the learnable input rows of --input learned|both)",
-            ))?
-    } else {
-        0
-    };
-    let want = Sage::param_count(&dims, aggregator);
-    let sage = Sage {
-        dims,
-        params,
-        aggregator,
-    };
-    if sage.dims.len() < 2 || sage.params.len() != want {
-        return Err(Error::bad_input(
-            path,
-            format!(
-                "weights hold {} values, the widths {:?} need {want} (damaged file?)",
-                sage.params.len(),
-                sage.dims
-            ),
-        ));
-    }
-    Ok((
-        sage,
-        Trained {
-            norm,
-            input,
-            learned_dim,
-        },
-    ))
-}
-
-/// Collective: `graphscale eval gnn`: the model in `model` over the nodes of `graph` with every
-/// neighbour (layer-wise, sharded over the ranks as training is), scored against the graph's
-/// labels on each split that has nodes.
-pub fn evaluate(comm: &Comm, model: &Path, graph: &Path) -> Result<Vec<(String, SplitScores)>> {
-    let (sage, t) = agree(comm, read_model(model))?;
-    let at = Placement {
-        graph: graph.to_path_buf(),
-        strategy: Strategy::Sharded,
-        partition: crate::graph::partition::Scheme::Striped,
-        cache_rows: None,
-        features: t.input.features(),
-    };
-    let (mut src, _) = source(comm, &at, t.norm)?;
-    let l = agree(comm, Labelled::load(graph))?;
-    let k = *sage.dims.last().expect("layers");
-    if src.cols() + t.learned_dim != sage.dims[0] || l.classes.max(2) != k {
-        return Err(Error::bad_input(
-            model,
-            format!(
-                "the model takes {} input values ({} learned) to {k} classes; {} has {} features and {} classes: give the graph it was trained on",
-                sage.dims[0],
-                t.learned_dim,
-                graph.display(),
-                src.cols(),
-                l.classes.max(2)
-            ),
-        ));
-    }
-    let learned = match t.learned_dim {
-        0 => None,
-        dim => {
-            let nodes = l.split.len() as u64;
-            let mut lr = Learned::new(comm, src.partitioner(), nodes, dim, (0, 0.0));
-            lr.load(model)?;
-            Some(lr)
-        }
-    };
-    let scored = Scored::new(
-        comm,
-        &sage,
-        src.as_mut(),
-        &mut Work::default(),
-        learned.as_ref(),
-    );
-    let mut out = Vec::new();
-    for (name, code) in [("train", TRAIN), ("valid", VALID), ("test", TEST)] {
-        let c = l.counts(&scored.nodes, &scored.scores, code);
-        let c = comm.all_reduce_u64(&c, ReduceOp::Sum);
-        let all = c[3 * k + 1];
-        if all == 0 {
-            continue;
-        }
-        let f1s: Vec<f64> = (0..k)
-            .filter(|&j| c[j] + c[k + j] + c[2 * k + j] > 0)
-            .map(|j| 2.0 * c[j] as f64 / (2 * c[j] + c[k + j] + c[2 * k + j]) as f64)
-            .collect();
-        out.push((
-            name.to_string(),
-            SplitScores {
-                nodes: all,
-                accuracy: c[3 * k] as f64 / all as f64,
-                micro_f1: micro_f1(&c, k),
-                macro_f1: f1s.iter().sum::<f64>() / f1s.len().max(1) as f64,
-            },
-        ));
-    }
-    Ok(out)
 }

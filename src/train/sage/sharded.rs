@@ -137,72 +137,6 @@ impl<'a> Sharded<'a> {
         self.adj.extend(self.g.neighbors(l).iter());
         pick(&mut self.adj, fanout, rng, out);
     }
-
-    /// Collective: one hop for the frontier `dst` (see [`sample_blocks_by_hop`]): this rank's
-    /// nodes sampled here, the others' by their owners in one exchange of ids and answers.
-    fn hop(
-        &mut self,
-        dst: &[u64],
-        fanout: usize,
-        rng: &mut Rng,
-        counts: &mut Vec<u32>,
-        picked: &mut Vec<u64>,
-    ) {
-        let (me, ranks) = (self.comm.rank(), self.comm.size());
-        if ranks == 1 {
-            for &v in dst {
-                let before = picked.len();
-                self.sample_own(v, fanout, rng, picked);
-                counts.push((picked.len() - before) as u32);
-            }
-            return;
-        }
-        let mut ask: Vec<Vec<u64>> = vec![Vec::new(); ranks];
-        for &v in dst {
-            let o = self.g.part.owner(v);
-            if o != me {
-                ask[o].push(v);
-            }
-        }
-        let send: Vec<Vec<u8>> = ask.iter().map(|a| encode_u64(a)).collect();
-        let asked = self.comm.all_to_all_v(send);
-        // Answer: per asked node its count, then every sampled neighbour.
-        let mut reply = Vec::with_capacity(ranks);
-        let mut got = Vec::new();
-        for bytes in &asked {
-            let ids = decode_u64(bytes);
-            let mut n = Vec::with_capacity(ids.len());
-            got.clear();
-            for &v in &ids {
-                let before = got.len();
-                self.sample_own(v, fanout, rng, &mut got);
-                n.push((got.len() - before) as u64);
-            }
-            n.extend_from_slice(&got);
-            reply.push(encode_u64(&n));
-        }
-        let answers: Vec<Vec<u64>> = self
-            .comm
-            .all_to_all_v(reply)
-            .iter()
-            .map(|b| decode_u64(b))
-            .collect();
-        // Per owner: the next answer's index, and where its neighbours start.
-        let mut next: Vec<(usize, usize)> = ask.iter().map(|a| (0, a.len())).collect();
-        for &v in dst {
-            let o = self.g.part.owner(v);
-            let before = picked.len();
-            if o == me {
-                self.sample_own(v, fanout, rng, picked);
-            } else {
-                let (i, at) = &mut next[o];
-                let c = answers[o][*i] as usize;
-                picked.extend_from_slice(&answers[o][*at..*at + c]);
-                (*i, *at) = (*i + 1, *at + c);
-            }
-            counts.push((picked.len() - before) as u32);
-        }
-    }
 }
 
 /// The rows rank `me` owns under `part` as a selection `(first, end, step)` of the file's rows.
@@ -510,6 +444,75 @@ impl Source for Sharded<'_> {
         learned: Option<&Learned>,
     ) -> (Vec<u64>, Vec<f32>) {
         self.layerwise(sage, work, m, learned)
+    }
+
+    /// One exchange of ids and answers per hop, also for a rank without a frontier.
+    fn hop(
+        &mut self,
+        dst: &[u64],
+        fanout: usize,
+        rng: &mut Rng,
+        counts: &mut Vec<u32>,
+        picked: &mut Vec<u64>,
+    ) {
+        let (me, ranks) = (self.comm.rank(), self.comm.size());
+        if ranks == 1 {
+            for &v in dst {
+                let before = picked.len();
+                self.sample_own(v, fanout, rng, picked);
+                counts.push((picked.len() - before) as u32);
+            }
+            return;
+        }
+        let mut ask: Vec<Vec<u64>> = vec![Vec::new(); ranks];
+        for &v in dst {
+            let o = self.g.part.owner(v);
+            if o != me {
+                ask[o].push(v);
+            }
+        }
+        let send: Vec<Vec<u8>> = ask.iter().map(|a| encode_u64(a)).collect();
+        let asked = self.comm.all_to_all_v(send);
+        // Answer: per asked node its count, then every sampled neighbour.
+        let mut reply = Vec::with_capacity(ranks);
+        let mut got = Vec::new();
+        for bytes in &asked {
+            let ids = decode_u64(bytes);
+            let mut n = Vec::with_capacity(ids.len());
+            got.clear();
+            for &v in &ids {
+                let before = got.len();
+                self.sample_own(v, fanout, rng, &mut got);
+                n.push((got.len() - before) as u64);
+            }
+            n.extend_from_slice(&got);
+            reply.push(encode_u64(&n));
+        }
+        let answers: Vec<Vec<u64>> = self
+            .comm
+            .all_to_all_v(reply)
+            .iter()
+            .map(|b| decode_u64(b))
+            .collect();
+        // Per owner: the next answer's index, and where its neighbours start.
+        let mut next: Vec<(usize, usize)> = ask.iter().map(|a| (0, a.len())).collect();
+        for &v in dst {
+            let o = self.g.part.owner(v);
+            let before = picked.len();
+            if o == me {
+                self.sample_own(v, fanout, rng, picked);
+            } else {
+                let (i, at) = &mut next[o];
+                let c = answers[o][*i] as usize;
+                picked.extend_from_slice(&answers[o][*at..*at + c]);
+                (*i, *at) = (*i + 1, *at + c);
+            }
+            counts.push((picked.len() - before) as u32);
+        }
+    }
+
+    fn negative_pool(&mut self, size: usize, rng: &mut Rng) -> Vec<u64> {
+        super::unsup::pool_of_shards(self.comm, &self.g, size, rng)
     }
 
     fn partitioner(&self) -> Option<crate::graph::partition::Partitioner> {

@@ -9,7 +9,8 @@ use crate::error::Result;
 use crate::estimate::SageHeld;
 use crate::graph::h5::EdgeFile;
 use crate::model::sage::{gather_means, Sage, Work};
-use crate::sample::neighbors::whole_block;
+use crate::sample::alias::AliasTable;
+use crate::sample::neighbors::{pick, whole_block};
 use crate::sample::Rng;
 use crate::stats::RankMetrics;
 
@@ -158,6 +159,34 @@ impl Source for Whole {
             .flat_map(|&v| h[v as usize * k..(v as usize + 1) * k].iter().copied())
             .collect();
         (mine, scores)
+    }
+
+    fn hop(
+        &mut self,
+        dst: &[u64],
+        fanout: usize,
+        rng: &mut Rng,
+        counts: &mut Vec<u32>,
+        picked: &mut Vec<u64>,
+    ) {
+        let mut adj = Vec::new();
+        for &v in dst {
+            adj.clear();
+            self.nbrs(v, &mut adj);
+            let before = picked.len();
+            pick(&mut adj, fanout, rng, picked);
+            counts.push((picked.len() - before) as u32);
+        }
+    }
+
+    /// Every rank holds every node: its own draws from the whole graph's table.
+    fn negative_pool(&mut self, size: usize, rng: &mut Rng) -> Vec<u64> {
+        let n = self.offsets.len() - 1;
+        let w = (0..n).map(|v| ((self.offsets[v + 1] - self.offsets[v]) as f64).powf(0.75));
+        match AliasTable::new(w.collect()) {
+            Some(t) => (0..size).map(|_| t.sample(rng) as u64).collect(),
+            None => Vec::new(),
+        }
     }
 
     fn partitioner(&self) -> Option<crate::graph::partition::Partitioner> {
