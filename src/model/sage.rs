@@ -289,9 +289,9 @@ impl Sage {
 
     /// Layer `l` alone over `block` (evaluation, layer by layer over the whole graph): its
     /// output rows, in `w` until its next use.
-    pub fn layer_in<'w>(&self, w: &'w mut Work, l: usize, block: &Block, h: &[f32]) -> &'w [f32] {
+    pub fn layer_in<'w>(&self, w: &'w mut Work, l: usize, block: &Block, h: Input) -> &'w [f32] {
         w.saved.resize_with(1, Saved::default);
-        self.layer(l, block, Input::Rows(h), &mut w.saved[0], &mut None);
+        self.layer(l, block, h, &mut w.saved[0], &mut None);
         &w.saved[0].out
     }
 

@@ -15,7 +15,7 @@ use crate::estimate::SageHeld;
 use crate::graph::csr::{self, LocalGraph};
 use crate::graph::nodedata;
 use crate::graph::partition::Scheme;
-use crate::model::sage::{gather_means, Sage, Work};
+use crate::model::sage::{gather_means, Aggregator, Input, Sage, Work};
 use crate::sample::neighbors::{pick, whole_block, Block};
 use crate::sample::Rng;
 use crate::spmd::agree;
@@ -330,7 +330,7 @@ impl Sharded<'_> {
         let (me, own) = (self.comm.rank(), self.g.num_local());
         let nodes: Vec<u64> = (0..own).map(|r| self.g.part.global(me, r)).collect();
         let (mut hidden, mut out, mut rows) = (None::<Window>, Vec::new(), Vec::new());
-        let mut scratch = Vec::new();
+        let (mut scratch, mut means) = (Vec::new(), Vec::new());
         for l in 0..sage.layers() {
             let (dout, last) = (sage.dims[l + 1], l + 1 == sage.layers());
             // A hidden layer's rows go straight into the window the next layer reads
@@ -346,30 +346,31 @@ impl Sharded<'_> {
                 let (block, input) = whole_block(chunk, |v, p| {
                     p.extend(g.neighbors(g.part.local_index(v)).iter());
                 });
-                match &hidden {
-                    None => {
-                        Rows {
-                            comm: self.comm,
-                            part: &self.g.part,
-                            window: &self.window,
-                            dtype: self.dtype,
-                            width: self.cols,
-                        }
-                        .read(&input, Some(&mut self.cache), m, &mut rows);
-                        if let Some(lr) = learned {
-                            lr.join(&input, self.cols, &mut rows, &mut scratch, m);
-                        }
+                // Mean or GCN over rows without a gradient: gathered where they are.
+                let gather = sage.aggregator != Aggregator::Pool && (l > 0 || learned.is_none());
+                let reader = Rows {
+                    comm: self.comm,
+                    part: &self.g.part,
+                    window: hidden.as_ref().unwrap_or(&self.window),
+                    dtype: self.dtype,
+                    width: if l == 0 { self.cols } else { sage.dims[l] },
+                };
+                let cache = (l == 0).then_some(&mut self.cache);
+                let z = if gather {
+                    let at = &mut self.located;
+                    reader.gather(&block, &input, cache, m, at, &mut rows, &mut means);
+                    let x = Input::Means {
+                        own: &rows,
+                        mean: &means,
+                    };
+                    sage.layer_in(work, l, &block, x)
+                } else {
+                    reader.read(&input, cache, m, &mut rows);
+                    if let (0, Some(lr)) = (l, learned) {
+                        lr.join(&input, self.cols, &mut rows, &mut scratch, m);
                     }
-                    Some(w) => Rows {
-                        comm: self.comm,
-                        part: &self.g.part,
-                        window: w,
-                        dtype: self.dtype,
-                        width: sage.dims[l],
-                    }
-                    .read(&input, None, m, &mut rows),
-                }
-                let z = sage.layer_in(work, l, &block, &rows);
+                    sage.layer_in(work, l, &block, Input::Rows(&rows))
+                };
                 match &mut next {
                     None => out.extend_from_slice(z),
                     Some(w) => w.with_local_mut(|bytes| {

@@ -8,7 +8,7 @@ use crate::comm::Comm;
 use crate::error::Result;
 use crate::estimate::SageHeld;
 use crate::graph::h5::EdgeFile;
-use crate::model::sage::{gather_means, Sage, Work};
+use crate::model::sage::{gather_means, Input, Sage, Work};
 use crate::sample::alias::AliasTable;
 use crate::sample::neighbors::{pick, whole_block};
 use crate::sample::Rng;
@@ -148,7 +148,7 @@ impl Source for Whole {
                 if let Some(lr) = learned.filter(|_| l == 0) {
                     lr.join(&input, self.cols, &mut rows, &mut scratch, m);
                 }
-                out.extend_from_slice(sage.layer_in(work, l, &block, &rows));
+                out.extend_from_slice(sage.layer_in(work, l, &block, Input::Rows(&rows)));
             }
             std::mem::swap(&mut h, &mut out);
         }
