@@ -872,8 +872,9 @@ fn nodeclf_micro_f1(out: &std::path::Path, labels: &std::path::Path) -> f64 {
 /// input rows alone (no feature carries a class) on a planted partition embed its blocks, which
 /// logistic regression on the written embeddings then recovers, at 1 rank and at 3 under
 /// mpirun (walks and negatives across the owners); a few steps do not (the same run after one
-/// epoch). A graph without labels or features trains; `eval gnn` refuses the model, naming
-/// `eval nodeclf`; the flag means nothing to the walk models.
+/// epoch); a run resumed from its checkpoint goes on as the uninterrupted one. A graph without
+/// labels or features trains; `eval gnn` refuses the model, naming `eval nodeclf`; the flag
+/// means nothing to the walk models.
 #[test]
 fn unsupervised_sage_embeds_the_blocks_without_labels() {
     let d = tmp();
@@ -953,6 +954,25 @@ fn unsupervised_sage_embeds_the_blocks_without_labels() {
         f0 < 0.6,
         "one epoch already at micro-F1 {f0}: the test cannot tell training"
     );
+
+    // Resumed after 2 of 4 epochs: the walks, the pools of negatives and the steps are those
+    // of the uninterrupted run.
+    let ck = p(d.path(), "ck");
+    let epochs = |e: &'static str, extra: &[&str]| {
+        let v = common(e, &out("r.h5"));
+        let o = succeeded(&args(&v), extra);
+        o.stderr
+            .lines()
+            .filter(|l| l.contains("epoch ") && !l.contains("effective config"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let whole = epochs("4", &[]);
+    let ckd = ["--checkpoint-dir", s(&ck), "--checkpoint-every", "1"];
+    let mut parts = epochs("2", &ckd);
+    parts.extend(epochs("4", &[&ckd[..], &["--resume", s(&ck)]].concat()));
+    assert_eq!(whole.len(), 4, "{whole:?}");
+    assert_eq!(parts, whole);
 
     // Edges alone: no labels, no features.
     let bare = p(d.path(), "bare.h5");
