@@ -1006,3 +1006,55 @@ fn unsupervised_sage_embeds_the_blocks_without_labels() {
     assert_ne!(o.code, 0, "{}", o.all());
     assert!(o.stderr.contains("--objective"), "{}", o.all());
 }
+
+/// A rank's compute threads (`--threads`) split the products and the means into blocks of rows
+/// that do not depend on how many threads there are: one thread or two print the same run, on
+/// batches large enough to be split (400 training seeds in a step, about 4,400 rows in the first
+/// layer), learnable rows
+/// and the pool aggregator included.
+#[test]
+fn sage_trains_the_same_on_one_thread_or_two() {
+    let d = tmp();
+    let g = p(d.path(), "sbm.h5");
+    let o = run(
+        60,
+        &[
+            "generate",
+            "sbm",
+            "--nodes",
+            "4000",
+            "--blocks",
+            "4",
+            "--features",
+            "16",
+            "--seed",
+            "5",
+            "-o",
+            s(&g),
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.all());
+    for extra in [
+        &[][..],
+        &["--input", "both", "--dim", "8", "--aggregator", "pool"][..],
+    ] {
+        let common = [
+            &[
+                "--graph",
+                s(&g),
+                "--model",
+                "sage",
+                "--epochs",
+                "3",
+                "--batch-size",
+                "512",
+            ][..],
+            extra,
+        ]
+        .concat();
+        let one = succeeded(&common, &["--threads", "1"]);
+        let two = succeeded(&common, &["--threads", "2"]);
+        assert_eq!(trace(&one), trace(&two), "{extra:?}");
+        assert_eq!(trace(&one).len(), 4, "{}", one.all());
+    }
+}

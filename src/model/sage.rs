@@ -107,6 +107,39 @@ pub struct Work {
     dh: Vec<f32>,
     dm: Vec<f32>,
     dp: Vec<f32>,
+    /// Per block of rows, a weight gradient's partial sum ([`matmul_tn`]).
+    parts: Vec<Vec<f32>>,
+    /// The rank's compute pool (`--threads`): the products' row blocks and the neighbours'
+    /// means run on it; without one, in order on the calling thread. Either way the same
+    /// arithmetic: the blocks do not depend on the number of threads.
+    pub pool: Option<std::sync::Arc<rayon::ThreadPool>>,
+}
+
+impl Work {
+    /// Empty buffers whose products and means run on `pool`.
+    pub fn on(pool: std::sync::Arc<rayon::ThreadPool>) -> Work {
+        Work {
+            pool: Some(pool),
+            ..Work::default()
+        }
+    }
+}
+
+/// Rows of a product or of the means computed as one task.
+const TASK_ROWS: usize = 256;
+
+/// Whether the caller runs on a rayon pool's thread (inside [`Work::pool`]'s `install`): then
+/// the blocks go to its threads.
+fn in_pool() -> bool {
+    rayon::current_thread_index().is_some()
+}
+
+/// `f` on the calling thread, inside `pool` when there is one.
+fn on<R: Send>(pool: Option<std::sync::Arc<rayon::ThreadPool>>, f: impl FnOnce() -> R + Send) -> R {
+    match pool {
+        Some(p) => p.install(f),
+        None => f(),
+    }
 }
 
 /// `v` as `n` zeros, reusing its allocation.
@@ -291,7 +324,8 @@ impl Sage {
     /// output rows, in `w` until its next use.
     pub fn layer_in<'w>(&self, w: &'w mut Work, l: usize, block: &Block, h: Input) -> &'w [f32] {
         w.saved.resize_with(1, Saved::default);
-        self.layer(l, block, h, &mut w.saved[0], &mut None);
+        let saved = &mut w.saved[0];
+        on(w.pool.clone(), || self.layer(l, block, h, saved, &mut None));
         &w.saved[0].out
     }
 
@@ -322,13 +356,26 @@ impl Sage {
         self.train_step_in(&mut Work::default(), batch, dropout, rng, grads, gx)
     }
 
-    /// As [`Sage::train_step`], in `w`'s buffers.
+    /// As [`Sage::train_step`], in `w`'s buffers (on its pool).
     pub fn train_step_in(
         &self,
         w: &mut Work,
         batch: &Batch,
         dropout: f32,
         rng: &mut Rng,
+        grads: &mut [f32],
+        gx: Option<&mut [f32]>,
+    ) -> (f64, usize) {
+        on(w.pool.clone(), || {
+            self.step(w, batch, (dropout, rng), grads, gx)
+        })
+    }
+
+    fn step(
+        &self,
+        w: &mut Work,
+        batch: &Batch,
+        (dropout, rng): (f32, &mut Rng),
         grads: &mut [f32],
         gx: Option<&mut [f32]>,
     ) -> (f64, usize) {
@@ -377,7 +424,7 @@ impl Sage {
             if gcn {
                 // dW += M^T dZ, db += sum dZ; dM = dZ W^T.
                 let (gw, gb) = g.split_at_mut(din * dout);
-                matmul_tn(&s.mean, dz, gw, b.num_dst, din, dout);
+                matmul_tn((&s.mean, dz, gw), (b.num_dst, din, dout), &mut w.parts);
                 add_rows(gb, dz, dout);
                 if l == 0 && gx.is_none() {
                     break;
@@ -387,8 +434,9 @@ impl Sage {
                 // dW_self += H_self^T dZ, dW_neigh += M^T dZ, db += sum dZ.
                 let (gws, rest) = g.split_at_mut(din * dout);
                 let (gwn, gb) = rest.split_at_mut(din * dout);
-                matmul_tn(&input[..b.num_dst * din], dz, gws, b.num_dst, din, dout);
-                matmul_tn(&s.mean, dz, gwn, b.num_dst, din, dout);
+                let own = &input[..b.num_dst * din];
+                matmul_tn((own, dz, gws), (b.num_dst, din, dout), &mut w.parts);
+                matmul_tn((&s.mean, dz, gwn), (b.num_dst, din, dout), &mut w.parts);
                 let (gb, gpool) = gb.split_at_mut(dout);
                 add_rows(gb, dz, dout);
                 let (ws, wn) = (&p[..din * dout], &p[din * dout..2 * din * dout]);
@@ -397,7 +445,12 @@ impl Sage {
                     matmul_nt(dz, wn, &mut w.dm, b.num_dst, dout, din);
                     let wp = &p[2 * din * dout + dout..2 * din * dout + dout + din * din];
                     let dh = need_dh.then_some(&mut w.dh[..]);
-                    pool_backward((b, input, s), (&w.dm, &mut w.dp), (wp, gpool), dh);
+                    pool_backward(
+                        (b, input, s),
+                        (&w.dm, &mut w.dp, &mut w.parts),
+                        (wp, gpool),
+                        dh,
+                    );
                 }
                 if !need_dh {
                     break;
@@ -475,7 +528,7 @@ fn pool_max(b: &Block, h: &[f32], d: usize, (wp, bp): (&[f32], &[f32]), s: &mut 
 /// (`gpool`: `W_pool` then `b_pool`) and, when given, the input rows' gradient `dh`.
 fn pool_backward(
     (b, h, s): (&Block, &[f32], &Saved),
-    (dm, dp): (&[f32], &mut Vec<f32>),
+    (dm, dp, parts): (&[f32], &mut Vec<f32>, &mut Vec<Vec<f32>>),
     (wp, gpool): (&[f32], &mut [f32]),
     dh: Option<&mut [f32]>,
 ) {
@@ -490,7 +543,7 @@ fn pool_backward(
         .zip(&s.pool)
         .for_each(|(g, &x)| *g *= f32::from(u8::from(x > 0.0)));
     let (gw, gb) = gpool.split_at_mut(d * d);
-    matmul_tn(&h[..b.num_src * d], dp, gw, b.num_src, d, d);
+    matmul_tn((&h[..b.num_src * d], dp, gw), (b.num_src, d, d), parts);
     add_rows(gb, dp, d);
     if let Some(dh) = dh {
         matmul_nt(dp, wp, dh, b.num_src, d, d);
@@ -499,9 +552,9 @@ fn pool_backward(
 
 /// Per output node of `b`, the mean of its neighbours' input rows (zeros without neighbours),
 /// into `m` (`d` wide), where `add(j, acc)` adds input row `j` to `acc`.
-fn means_with(b: &Block, d: usize, m: &mut Vec<f32>, mut add: impl FnMut(usize, &mut [f32])) {
+fn means_with(b: &Block, d: usize, m: &mut Vec<f32>, add: impl Fn(usize, &mut [f32]) + Sync) {
     zeroed(m, b.num_dst * d);
-    for (i, out) in m.chunks_exact_mut(d).enumerate() {
+    let one = |(i, out): (usize, &mut [f32])| {
         let nb = &b.nbrs[b.offsets[i] as usize..b.offsets[i + 1] as usize];
         for &j in nb {
             add(j as usize, out);
@@ -510,6 +563,12 @@ fn means_with(b: &Block, d: usize, m: &mut Vec<f32>, mut add: impl FnMut(usize, 
             let inv = 1.0 / nb.len() as f32;
             out.iter_mut().for_each(|a| *a *= inv);
         }
+    };
+    if in_pool() {
+        use rayon::prelude::*;
+        m.par_chunks_mut(d).enumerate().for_each(one);
+    } else {
+        m.chunks_mut(d).enumerate().for_each(one);
     }
 }
 
@@ -520,7 +579,7 @@ fn means_with(b: &Block, d: usize, m: &mut Vec<f32>, mut add: impl FnMut(usize, 
 pub fn gather_means(
     b: &Block,
     d: usize,
-    mut add: impl FnMut(usize, &mut [f32]),
+    add: impl Fn(usize, &mut [f32]) + Sync,
     own: &mut Vec<f32>,
     mean: &mut Vec<f32>,
 ) {
@@ -528,7 +587,7 @@ pub fn gather_means(
     for (i, row) in own.chunks_exact_mut(d).enumerate() {
         add(i, row);
     }
-    means_with(b, d, mean, add);
+    means_with(b, d, mean, &add);
 }
 
 /// `acc += row`.
@@ -543,28 +602,77 @@ fn add_rows(acc: &mut [f32], rows: &[f32], width: usize) {
     }
 }
 
-/// `c (m x n) = beta c + a (m x k) b (k x n)`.
+/// `c (m x n) = beta c + a (m x k) b (k x n)`, a task per [`TASK_ROWS`] rows.
 fn matmul(a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize, beta: f32) {
-    let av = ArrayView2::from_shape((m, k), a).expect("m x k");
+    debug_assert_eq!((a.len(), c.len()), (m * k, m * n));
     let bv = ArrayView2::from_shape((k, n), b).expect("k x n");
-    let mut cv = ArrayViewMut2::from_shape((m, n), c).expect("m x n");
-    general_mat_mul(1.0, &av, &bv, beta, &mut cv);
+    rows_by_task(a, k, c, n, |a, c, rows| {
+        let av = ArrayView2::from_shape((rows, k), a).expect("m x k");
+        let mut cv = ArrayViewMut2::from_shape((rows, n), c).expect("m x n");
+        general_mat_mul(1.0, &av, &bv, beta, &mut cv);
+    });
 }
 
-/// `c (k x n) += a^T b`, `a` (m x k), `b` (m x n).
-fn matmul_tn(a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
-    let av = ArrayView2::from_shape((m, k), a).expect("m x k");
-    let bv = ArrayView2::from_shape((m, n), b).expect("m x n");
-    let mut cv = ArrayViewMut2::from_shape((k, n), c).expect("k x n");
-    general_mat_mul(1.0, &av.t(), &bv, 1.0, &mut cv);
+/// `c (k x n) += a^T b`, `a` (m x k), `b` (m x n): per [`TASK_ROWS`] rows of `a` and `b` a partial
+/// sum (into `parts`), added in order.
+fn matmul_tn(
+    (a, b, c): (&[f32], &[f32], &mut [f32]),
+    (m, k, n): (usize, usize, usize),
+    parts: &mut Vec<Vec<f32>>,
+) {
+    let one = |(i, p): (usize, &mut Vec<f32>)| {
+        let (r0, r1) = (i * TASK_ROWS, ((i + 1) * TASK_ROWS).min(m));
+        zeroed(p, k * n);
+        let av = ArrayView2::from_shape((r1 - r0, k), &a[r0 * k..r1 * k]).expect("m x k");
+        let bv = ArrayView2::from_shape((r1 - r0, n), &b[r0 * n..r1 * n]).expect("m x n");
+        let mut pv = ArrayViewMut2::from_shape((k, n), &mut p[..]).expect("k x n");
+        general_mat_mul(1.0, &av.t(), &bv, 0.0, &mut pv);
+    };
+    let tasks = m.div_ceil(TASK_ROWS);
+    parts.resize_with(parts.len().max(tasks), Vec::new);
+    let parts = &mut parts[..tasks];
+    if in_pool() {
+        use rayon::prelude::*;
+        parts.par_iter_mut().enumerate().for_each(one);
+    } else {
+        parts.iter_mut().enumerate().for_each(one);
+    }
+    for p in parts.iter() {
+        add_row(c, p);
+    }
 }
 
-/// `c (m x k) += a b^T`, `a` (m x n), `b` (k x n).
+/// `c (m x k) += a b^T`, `a` (m x n), `b` (k x n), a task per [`TASK_ROWS`] rows.
 fn matmul_nt(a: &[f32], b: &[f32], c: &mut [f32], m: usize, n: usize, k: usize) {
-    let av = ArrayView2::from_shape((m, n), a).expect("m x n");
+    debug_assert_eq!((a.len(), c.len()), (m * n, m * k));
     let bv = ArrayView2::from_shape((k, n), b).expect("k x n");
-    let mut cv = ArrayViewMut2::from_shape((m, k), c).expect("m x k");
-    general_mat_mul(1.0, &av, &bv.t(), 1.0, &mut cv);
+    rows_by_task(a, n, c, k, |a, c, rows| {
+        let av = ArrayView2::from_shape((rows, n), a).expect("m x n");
+        let mut cv = ArrayViewMut2::from_shape((rows, k), c).expect("m x k");
+        general_mat_mul(1.0, &av, &bv.t(), 1.0, &mut cv);
+    });
+}
+
+/// `f(a rows, c rows, rows)` over blocks of [`TASK_ROWS`] rows of `a` (`ka` wide) and `c` (`kc`
+/// wide): on the pool's threads inside one, else in order.
+fn rows_by_task(
+    a: &[f32],
+    ka: usize,
+    c: &mut [f32],
+    kc: usize,
+    f: impl Fn(&[f32], &mut [f32], usize) + Sync,
+) {
+    let one = |(c, a): (&mut [f32], &[f32])| f(a, c, c.len() / kc);
+    if in_pool() && c.len() > TASK_ROWS * kc {
+        use rayon::prelude::*;
+        c.par_chunks_mut(TASK_ROWS * kc)
+            .zip(a.par_chunks(TASK_ROWS * ka))
+            .for_each(one);
+    } else {
+        c.chunks_mut(TASK_ROWS * kc)
+            .zip(a.chunks(TASK_ROWS * ka))
+            .for_each(one);
+    }
 }
 
 /// Summed softmax cross-entropy of `scores` (rows of `classes`) against `labels` and the rows

@@ -753,7 +753,10 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         grads,
         learned,
         cols,
-        b: Bufs::default(),
+        b: Bufs {
+            work: Work::on(std::sync::Arc::new(super::compute_pool(cfg, comm.rank())?)),
+            ..Bufs::default()
+        },
         m,
         progress: super::Progress::sage(comm.rank() == 0),
         epoch: (0, cfg.epochs),
