@@ -128,6 +128,9 @@ pub struct SageShape<'a> {
     pub train: u64,
     /// The pool aggregator (its pooled input rows, their gradient and the max's sources).
     pub pool: bool,
+    /// Ranks of the job: a step reads the other ranks' share of its input rows into a buffer
+    /// when the first layer is gathered where the rows are (features alone, mean or GCN).
+    pub ranks: u64,
 }
 
 /// A GraphSAGE rank at its largest: the process before loading, the adjacency and feature
@@ -161,8 +164,18 @@ pub fn sage_estimate(process: u64, h: &SageHeld, s: &SageShape) -> SageEstimate 
         |l: usize| hop[layers - l],
     );
     // The blocks (ids, offsets and neighbour indices) and the input rows; with learnable rows
-    // their gradients, the rows read and the push's records sent and received.
-    let step = hop[layers] * (4 * cols + 8)
+    // their gradients, the rows read and the push's records sent and received. Features alone
+    // through the mean or GCN aggregator are gathered where they are: the first layer's own
+    // rows and means, where each input row is, and the rows read from other ranks (in the
+    // features' type).
+    let gathered = !s.pool && h.learned_width == 0;
+    let rows = if gathered {
+        let remote = hop[layers] * s.ranks.saturating_sub(1) / s.ranks.max(1);
+        2 * dst(0) * 4 * cols + hop[layers] * 16 + remote * cols * h.hidden_value
+    } else {
+        hop[layers] * (4 * cols + 8)
+    };
+    let step = rows
         + hop.iter().sum::<u64>() * 16
         + if h.learned_width > 0 {
             hop[layers] * (4 * cols + 4 * h.learned_width + 2 * (8 + 4 * h.learned_width))

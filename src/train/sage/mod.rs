@@ -617,14 +617,24 @@ fn memory(
     l: &Labelled,
 ) -> Result<u64> {
     let s = cfg.sage.as_ref().expect("sage settings");
+    let share = cfg.batch_size.div_ceil(comm.size()) as u64 * 5 / 4 + 1;
     let shape = SageShape {
         dims,
         fanout: &s.fanout,
-        // A rank's share of a step's seeds, with room for an unlucky step.
-        seeds: cfg.batch_size.div_ceil(comm.size()) as u64 * 5 / 4 + 1,
+        // A rank's share of a step's seeds, with room for an unlucky step (unsupervised:
+        // its anchors, their positives and the negatives).
+        seeds: match s.objective {
+            SageObjective::Supervised => share,
+            SageObjective::Unsupervised => 2 * share + u64::from(cfg.negatives),
+        },
         nodes: l.split.len() as u64,
         train: l.split.iter().filter(|&&c| c == TRAIN).count() as u64,
         pool: s.aggregator == Aggregator::Pool,
+        // Replicated, every row is read where it is.
+        ranks: match cfg.strategy {
+            Strategy::Replicated => 1,
+            _ => comm.size() as u64,
+        },
     };
     let mut h = src.held();
     if let Some(lr) = learned {
