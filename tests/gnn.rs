@@ -301,6 +301,17 @@ fn sage_on_cora_reaches_the_published_accuracy() {
     );
 }
 
+/// A planted partition `graphscale generate sbm ARGS` writes to `dir/name`.
+fn generated_sbm(dir: &std::path::Path, name: &str, args: &[&str]) -> std::path::PathBuf {
+    let g = p(dir, name);
+    let o = run(
+        60,
+        &[&["generate", "sbm"][..], args, &["-o", s(&g)]].concat(),
+    );
+    assert_eq!(o.code, 0, "{}", o.all());
+    g
+}
+
 /// The lines of a run that only its arithmetic decides: each epoch's loss and accuracies, and
 /// the test accuracy.
 fn trace(o: &Out) -> Vec<String> {
@@ -451,12 +462,10 @@ fn eval_gnn_scores_every_split_as_training_did() {
 #[test]
 fn sharded_sage_on_f16_features_is_the_same_at_any_rank_count() {
     let d = tmp();
-    let g = p(d.path(), "csbm.h5");
-    let o = run(
-        60,
+    let g = generated_sbm(
+        d.path(),
+        "csbm.h5",
         &[
-            "generate",
-            "sbm",
             "--nodes",
             "600",
             "--blocks",
@@ -471,11 +480,8 @@ fn sharded_sage_on_f16_features_is_the_same_at_any_rank_count() {
             "f16",
             "--train-fraction",
             "0.2",
-            "-o",
-            s(&g),
         ],
     );
-    assert_eq!(o.code, 0, "{}", o.all());
     let common = [
         "--graph",
         s(&g),
@@ -663,12 +669,10 @@ fn learned_input_rows_train_the_same_at_any_rank_count() {
 #[test]
 fn learned_input_rows_alone_learn_the_classes_from_the_edges() {
     let d = tmp();
-    let g = p(d.path(), "sbm.h5");
-    let o = run(
-        60,
+    let g = generated_sbm(
+        d.path(),
+        "sbm.h5",
         &[
-            "generate",
-            "sbm",
             "--nodes",
             "2000",
             "--blocks",
@@ -679,11 +683,8 @@ fn learned_input_rows_alone_learn_the_classes_from_the_edges() {
             "3",
             "--train-fraction",
             "0.2",
-            "-o",
-            s(&g),
         ],
     );
-    assert_eq!(o.code, 0, "{}", o.all());
     let common = [
         "--graph",
         s(&g),
@@ -878,12 +879,10 @@ fn nodeclf_micro_f1(out: &std::path::Path, labels: &std::path::Path) -> f64 {
 #[test]
 fn unsupervised_sage_embeds_the_blocks_without_labels() {
     let d = tmp();
-    let g = p(d.path(), "sbm.h5");
-    let o = run(
-        60,
+    let g = generated_sbm(
+        d.path(),
+        "sbm.h5",
         &[
-            "generate",
-            "sbm",
             "--nodes",
             "2000",
             "--blocks",
@@ -892,11 +891,8 @@ fn unsupervised_sage_embeds_the_blocks_without_labels() {
             "4",
             "--seed",
             "3",
-            "-o",
-            s(&g),
         ],
     );
-    assert_eq!(o.code, 0, "{}", o.all());
     // The generator's blocks are contiguous ranges of ids.
     let labels = p(d.path(), "blocks.tsv");
     let text: String = (0..2000)
@@ -1015,12 +1011,10 @@ fn unsupervised_sage_embeds_the_blocks_without_labels() {
 #[test]
 fn sage_trains_the_same_on_one_thread_or_two() {
     let d = tmp();
-    let g = p(d.path(), "sbm.h5");
-    let o = run(
-        60,
+    let g = generated_sbm(
+        d.path(),
+        "sbm.h5",
         &[
-            "generate",
-            "sbm",
             "--nodes",
             "4000",
             "--blocks",
@@ -1029,11 +1023,8 @@ fn sage_trains_the_same_on_one_thread_or_two() {
             "16",
             "--seed",
             "5",
-            "-o",
-            s(&g),
         ],
     );
-    assert_eq!(o.code, 0, "{}", o.all());
     for extra in [
         &[][..],
         &["--input", "both", "--dim", "8", "--aggregator", "pool"][..],
