@@ -61,6 +61,9 @@ pub struct RankMetrics {
     pub local_rows: u64,
     /// Rows fetched one-sidedly from other ranks (unique per step).
     pub remote_rows: u64,
+    /// GraphSAGE: input rows read in place from the node's other ranks (node-shared windows).
+    #[serde(default)]
+    pub node_rows: u64,
     pub fetch_bytes: u64,
     pub push_bytes_sent: u64,
     pub push_bytes_received: u64,
@@ -365,14 +368,16 @@ pub fn summary_table(all: &[RankMetrics]) -> String {
             .iter()
             .map(|m| m.train_seconds - m.eval_seconds)
             .fold(0.0, f64::max);
-        let (hits, misses) = (
+        let (hits, misses, node) = (
             all.iter().map(|m| m.cache_hits).sum::<u64>(),
             all.iter().map(|m| m.cache_misses).sum::<u64>(),
+            all.iter().map(|m| m.node_rows).sum::<u64>(),
         );
         s.push_str(&format!(
             "training seeds {pairs} in {train:.2} s, {steps:.2} s of it in steps (the rest \
-             validation): {:.0} seeds/s; the steps' input rows {local} own, {hits} from the feature cache, {misses} read from \
-             their owners ({}); peak RSS per rank {}\n\
+             validation): {:.0} seeds/s; the steps' input rows {local} own, {node} in place on \
+             the node, {hits} from the feature cache, {misses} read from their owners ({}); \
+             peak RSS per rank {}\n\
              moved between ranks {} ({:.1} B per training seed; the training steps' \
              collectives sent plus one-sided reads)\n",
             pairs as f64 / steps.max(1e-9),

@@ -329,6 +329,28 @@ fn succeeded(common: &[&str], extra: &[&str]) -> Out {
     o
 }
 
+/// Where the training steps' input rows were, as the summary prints them: own, in place on the
+/// node, from the feature cache, read from their owners.
+fn input_rows(o: &Out) -> [u64; 4] {
+    let line = o
+        .stderr
+        .lines()
+        .find_map(|l| l.split_once("the steps' input rows "))
+        .unwrap_or_else(|| panic!("no input rows line\n{}", o.all()))
+        .1;
+    let n: Vec<u64> = line
+        .split(", ")
+        .take(4)
+        .map(|p| {
+            p.split(' ')
+                .next()
+                .and_then(|x| x.parse().ok())
+                .expect("a count")
+        })
+        .collect();
+    [n[0], n[1], n[2], n[3]]
+}
+
 /// `train` with `common` flags under mpirun at `ranks`, which succeeds.
 fn succeeded_under_mpirun(ranks: usize, common: &[&str]) -> Out {
     let o = mpirun(ranks, 300, &[&["train"], common].concat());
@@ -361,20 +383,42 @@ fn sharded_and_replicated_sage_compute_what_one_rank_computes() {
     let with = |extra: &[&str]| succeeded(&common, extra);
     let one = trace(&with(&[]));
     assert_eq!(one.len(), 4, "{one:?}");
-    let sharded = with(&["--ranks", "4", "--cache-rows", "300"]);
+    // Every rank its own node: rows read one-sidedly through the cache, neighbours sampled by
+    // their owners.
+    let sharded = with(&[
+        "--ranks",
+        "4",
+        "--ranks-per-node",
+        "1",
+        "--cache-rows",
+        "300",
+    ]);
     assert!(sharded.stderr.contains("sharded"), "{}", sharded.all());
-    assert!(
-        sharded.stderr.contains("from the feature cache"),
-        "{}",
-        sharded.all()
-    );
+    let [_, node, cached, read] = input_rows(&sharded);
+    assert!(node == 0 && cached > 0 && read > 0, "{}", sharded.all());
     assert_eq!(trace(&sharded), one, "4 ranks, sharded");
+    // Two nodes of two ranks: the node's rows and adjacency read in place, the other node's
+    // fetched and asked for.
+    let nodes = with(&[
+        "--ranks",
+        "4",
+        "--ranks-per-node",
+        "2",
+        "--cache-rows",
+        "300",
+    ]);
+    let [_, node, cached, read] = input_rows(&nodes);
+    assert!(node > 0 && cached > 0 && read > 0, "{}", nodes.all());
+    assert_eq!(trace(&nodes), one, "2 nodes of 2 ranks, sharded");
     assert_eq!(
         trace(&with(&["--ranks", "4", "--strategy", "replicated"])),
         one,
         "4 ranks, replicated"
     );
+    // One node of 3 ranks: every row and neighbour list read in place.
     let o = succeeded_under_mpirun(3, &common);
+    let [_, node, cached, read] = input_rows(&o);
+    assert!(node > 0 && cached == 0 && read == 0, "{}", o.all());
     assert_eq!(trace(&o), one, "3 ranks under mpirun, sharded");
 }
 
@@ -512,8 +556,13 @@ fn sharded_sage_on_f16_features_is_the_same_at_any_rank_count() {
         one,
         "3 ranks in one process"
     );
-    let o = succeeded_under_mpirun(3, &common);
-    assert_eq!(trace(&o), one, "3 ranks under mpirun");
+    assert_eq!(
+        trace(&with(&["--ranks", "3", "--ranks-per-node", "1"])),
+        one,
+        "3 ranks in one process, each its own node"
+    );
+    let o = succeeded_under_mpirun(3, &[&common[..], &["--ranks-per-node", "2"]].concat());
+    assert_eq!(trace(&o), one, "3 ranks under mpirun, 2 per node");
 }
 
 /// Dense features from a `.npy` (float32 or float64, row i = node i) convert to the same

@@ -207,7 +207,13 @@ pub(super) fn node_memory_fits(
     let rows = (local_nodes * cfg.dim * cfg.dtype.size() * cfg.matrices()) as u64;
     let walks = matches!(cfg.model, Model::Deepwalk | Model::Node2vec);
     let csr = if walks { csr_bytes } else { 0 };
-    let most = comm.max_u64(rows + csr);
+    shm_fits(comm, rows + csr)
+}
+
+/// Collective: whether every node's `/dev/shm` holds `bytes` per rank for all of its ranks
+/// ([`node_memory_fits`]' rule, for any segments); warns (rank 0) when not.
+pub(crate) fn shm_fits(comm: &Comm, bytes: u64) -> bool {
+    let most = comm.max_u64(bytes);
     // A rank alone on its node shares nothing, but takes part in the agreement all the same.
     let need = most.saturating_mul(comm.node_size() as u64);
     let free = if comm.node_size() < 2 {

@@ -118,6 +118,8 @@ pub fn evaluate(comm: &Comm, model: &Path, graph: &Path) -> Result<Vec<(String, 
         partition: crate::graph::partition::Scheme::Striped,
         cache_rows: None,
         features: t.input.features(),
+        node_memory: true,
+        hidden_cols: sage.dims[1..sage.dims.len() - 1].iter().sum(),
     };
     let (mut src, _) = source(comm, &at, t.norm)?;
     let l = agree(comm, Labelled::load(graph))?;

@@ -16,7 +16,7 @@ use crate::config::{Dtype, Optimizer};
 use crate::graph::partition::Partitioner;
 use crate::stats::RankMetrics;
 
-use super::sharded::{selection, Rows};
+use super::sharded::{selection, NodeRows, Rows};
 use crate::store::{apply_update, decode_row, encode_row, OptParams};
 
 /// A step's gradient record: the node's id, then its row's gradient.
@@ -281,6 +281,8 @@ impl<'a> Learned<'a> {
             comm: self.comm,
             part,
             window: &self.window,
+            // Learnable rows change under their owners' Adam: read one-sidedly, never in place.
+            node: &NodeRows::default(),
             dtype: Dtype::F32,
             width: dim,
         };
@@ -386,6 +388,10 @@ impl<'a> Learned<'a> {
                 encode_row(Dtype::F32, &w, b);
             }
         });
+        // The next step reads the rows every owner has updated. Its sampling exchanges used to
+        // order these writes before those reads; a node whose ranks sample each other's
+        // adjacency in place exchanges nothing, so the order is kept here.
+        self.comm.barrier();
     }
 }
 

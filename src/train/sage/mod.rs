@@ -488,6 +488,10 @@ struct Placement {
     cache_rows: Option<usize>,
     /// Whether the input rows hold the features (`--input features|both`).
     features: bool,
+    /// Whether the ranks of a node may share their feature and hidden rows' memory
+    /// (`--node-memory shared`), and the hidden layers' widths summed (their windows' share).
+    node_memory: bool,
+    hidden_cols: usize,
 }
 
 impl Placement {
@@ -498,6 +502,11 @@ impl Placement {
             partition: cfg.partition,
             cache_rows: cfg.cache_rows,
             features: cfg.sage.as_ref().is_none_or(|s| s.input.features()),
+            node_memory: cfg.node_memory == crate::config::NodeMemory::Shared,
+            hidden_cols: cfg
+                .sage
+                .as_ref()
+                .map_or(0, |s| s.hidden * s.fanout.len().saturating_sub(1)),
         }
     }
 }

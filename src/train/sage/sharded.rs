@@ -13,7 +13,10 @@ use crate::config::{Dtype, FeatureNorm};
 use crate::error::Result;
 use crate::estimate::SageHeld;
 use crate::graph::csr::{self, LocalGraph};
+use crate::graph::h5::EdgeFile;
+use crate::graph::node::NodeGraph;
 use crate::graph::nodedata;
+use crate::graph::partition::Partitioner;
 use crate::graph::partition::Scheme;
 use crate::model::sage::{gather_means, Aggregator, Input, Sage, Work};
 use crate::sample::neighbors::{pick, whole_block, Block};
@@ -21,6 +24,7 @@ use crate::sample::Rng;
 use crate::spmd::agree;
 use crate::stats::RankMetrics;
 use crate::store::{add_row, decode_row, encode_row};
+use crate::train::job::shm_fits;
 
 use super::{Drawn, Learned, Source, INFER_CHUNK};
 
@@ -49,6 +53,14 @@ pub(super) struct Sharded<'a> {
     cols: usize,
     dtype: Dtype,
     window: Window,
+    /// The feature rows of the ranks on this node, read in place (a node-shared window), and
+    /// whether the windows are node-shared (layer-wise inference's hidden rows too).
+    node: NodeRows,
+    shared: bool,
+    /// The adjacency of the node's other ranks (node-shared), and whether it covers every
+    /// rank (a hop then exchanges nothing).
+    adjacency: Option<NodeGraph>,
+    alone: bool,
     cache: FeatureCache,
     /// Scratch: one node's neighbours; where a step's input rows are.
     adj: Vec<u64>,
@@ -64,13 +76,36 @@ impl<'a> Sharded<'a> {
         (cols, half): (usize, bool),
         norm: FeatureNorm,
     ) -> Result<(Sharded<'a>, bool)> {
-        let g = csr::load(comm, &at.graph, at.partition, csr::LOAD_CHUNK_EDGES, |_| {
-            Ok(false)
-        })?;
         let dtype = if half { Dtype::F16 } else { Dtype::F32 };
-        let rows = g.num_local();
         let rb = cols * dtype.size();
-        let mut window = comm.window(rows * rb);
+        // The ranks of a node share their adjacency, feature rows and layer-wise inference's
+        // hidden rows where /dev/shm holds them: a rank samples its node's nodes and reads
+        // their rows in place.
+        let nodes = agree(comm, EdgeFile::open(&at.graph))?.num_nodes;
+        let mine = Partitioner::new(at.partition, nodes, comm.size()).num_local(comm.rank());
+        let mut share = false;
+        let g = csr::load(
+            comm,
+            &at.graph,
+            at.partition,
+            csr::LOAD_CHUNK_EDGES,
+            |csr| {
+                let rows = mine * (rb + at.hidden_cols * dtype.size());
+                share = at.node_memory && shm_fits(comm, csr + rows as u64);
+                Ok(share)
+            },
+        )?;
+        let rows = g.num_local();
+        let adjacency = if share {
+            NodeGraph::new(comm, &g)
+        } else {
+            None
+        };
+        let mut window = if share {
+            comm.node_window(rows * rb)
+        } else {
+            comm.window(rows * rb)
+        };
         let me = comm.rank();
         let n = g.num_nodes() as usize;
         let selection = selection(&g.part, me);
@@ -108,16 +143,30 @@ impl<'a> Sharded<'a> {
         }
         window.sync();
         comm.barrier();
+        let node = NodeRows::of(&window, comm);
+        // Whether a hop asks other ranks at all (the same answer on every rank).
+        let alone = comm.size() == 1
+            || comm.all_reduce_u64(
+                &[u64::from(adjacency.as_ref().is_some_and(|a| {
+                    (0..comm.size()).all(|r| r == comm.rank() || a.has(r))
+                }))],
+                ReduceOp::Min,
+            )[0] == 1;
+        // Rows off this node only: none when every rank shares it.
         let capacity = at
             .cache_rows
             .unwrap_or(rows / CACHE_SHARE)
-            .min(n.saturating_sub(rows));
+            .min(n.saturating_sub(rows + node.rows(&g.part)));
         let source = Sharded {
             comm,
             g,
             cols,
             dtype,
             window,
+            node,
+            shared: share,
+            adjacency,
+            alone,
             // Reserved whole: pages are touched as rows arrive, and growth never copies.
             cache: FeatureCache {
                 slot_of: FxHashMap::with_capacity_and_hasher(capacity, Default::default()),
@@ -136,6 +185,29 @@ impl<'a> Sharded<'a> {
         let l = self.g.part.local_index(v);
         self.adj.extend(self.g.neighbors(l).iter());
         pick(&mut self.adj, fanout, rng, out);
+    }
+
+    /// As [`Sharded::sample_own`] for a node of rank `owner` on this node (its adjacency
+    /// mapped here); false, sampling nothing, when `owner` is on another node.
+    fn sample_on_node(
+        &mut self,
+        (owner, v): (usize, u64),
+        fanout: usize,
+        rng: &mut Rng,
+        out: &mut Vec<u64>,
+    ) -> bool {
+        let local = self.g.part.local_index(v);
+        let Some((nb, _)) = self
+            .adjacency
+            .as_ref()
+            .and_then(|a| a.adjacency(owner, local))
+        else {
+            return false;
+        };
+        self.adj.clear();
+        self.adj.extend(nb.iter());
+        pick(&mut self.adj, fanout, rng, out);
+        true
     }
 }
 
@@ -158,16 +230,73 @@ pub(super) struct Rows<'w> {
     pub(super) comm: &'w Comm,
     pub(super) part: &'w crate::graph::partition::Partitioner,
     pub(super) window: &'w Window,
+    /// `window`'s rows of the node's other ranks.
+    pub(super) node: &'w NodeRows,
     pub(super) dtype: Dtype,
     pub(super) width: usize,
 }
 
 /// Where a row of a step's input is ([`Rows::locate`]): the kind in the top two bits, the index
-/// (own row, cache slot, or row read from its owner) below.
+/// (own row, cache slot, row read from its owner, or owner and row on this node) below.
 const OWN: u64 = 0;
 const CACHED: u64 = 1 << 62;
 const FETCHED: u64 = 2 << 62;
+const NODE: u64 = 3 << 62;
 const INDEX: u64 = (1 << 62) - 1;
+
+/// The rows of the other ranks of this rank's node, mapped in this process by a node-shared
+/// window (`Comm::node_window`): read in place, neither copied nor cached. Empty for a private
+/// window or a rank alone on its node.
+#[derive(Default)]
+pub(super) struct NodeRows {
+    /// Per world rank: its bytes, if it shares this node (this rank's own are not here).
+    parts: Vec<Option<(*const u8, usize)>>,
+}
+
+// SAFETY: the pointers are read-only views of node-shared memory whose rows no one writes
+// while they are read (`NodeRows::part`); any thread may read them.
+unsafe impl Send for NodeRows {}
+// SAFETY: as for `Send`: shared access only reads.
+unsafe impl Sync for NodeRows {}
+
+impl NodeRows {
+    /// The node's parts of `window`. Valid while `window` lives: its holder keeps both and
+    /// drops this first (or with it).
+    pub(super) fn of(window: &Window, comm: &Comm) -> NodeRows {
+        let mut parts = vec![None; comm.size()];
+        for (rank, base, len) in window.node_span().map_or(Vec::new(), |s| s.parts) {
+            if rank != comm.rank() && len > 0 {
+                parts[rank] = Some((base.cast_const(), len));
+            }
+        }
+        NodeRows { parts }
+    }
+
+    /// Rank `owner`'s bytes, if it shares this node.
+    fn part(&self, owner: usize) -> Option<&[u8]> {
+        let (base, len) = self.parts.get(owner).copied().flatten()?;
+        // SAFETY: `base` maps `len` bytes of `owner`'s part of a node-shared window that
+        // outlives `self` (`NodeRows::of`). Those rows are written before a barrier (the
+        // features at load, a hidden layer before its window is read) and only read after
+        // it, so no write races these reads.
+        Some(unsafe { std::slice::from_raw_parts(base, len) })
+    }
+
+    /// The bytes of a `NODE` row (`located` as [`Rows::locate`] puts it), `rb` long.
+    fn row(&self, located: u64, rb: usize) -> &[u8] {
+        let (owner, row) = ((located & INDEX) >> 32, (located & 0xffff_ffff) as usize);
+        let part = self.part(owner as usize).expect("located on this node");
+        &part[row * rb..(row + 1) * rb]
+    }
+
+    /// How many of `part`'s nodes are this node's other ranks'.
+    fn rows(&self, part: &crate::graph::partition::Partitioner) -> usize {
+        (0..self.parts.len())
+            .filter(|&r| self.parts[r].is_some())
+            .map(|r| part.num_local(r))
+            .sum()
+    }
+}
 
 /// A step's scratch for reading rows where they are: per input row where it is, and the rows
 /// read from their owners.
@@ -203,6 +332,7 @@ impl Rows<'_> {
                 let src = match l & !INDEX {
                     OWN => &bytes[r..r + rb],
                     CACHED => &cache.as_ref().expect("a hit has a cache").rows[r..r + rb],
+                    NODE => self.node.row(l, rb),
                     _ => continue,
                 };
                 decode_row(dtype, src, &mut out[i * f..(i + 1) * f]);
@@ -236,13 +366,14 @@ impl Rows<'_> {
         let Located { at, fetched } = scratch;
         let remote = self.locate(input, cache.as_deref(), m, at);
         self.fetch(&remote, input, cache.as_deref_mut(), m, fetched);
-        let cached = cache.as_deref();
+        let (cached, node) = (cache.as_deref(), self.node);
         self.window.with_local(|bytes| {
             let add = |j: usize, acc: &mut [f32]| {
                 let (l, r) = (at[j] & !INDEX, (at[j] & INDEX) as usize * rb);
                 let src = match l {
                     OWN => &bytes[r..r + rb],
                     CACHED => &cached.expect("a hit has a cache").rows[r..r + rb],
+                    NODE => node.row(at[j], rb),
                     _ => &fetched[r..r + rb],
                 };
                 add_row(dtype, src, acc);
@@ -269,6 +400,9 @@ impl Rows<'_> {
             if o == me {
                 m.local_rows += 1;
                 OWN | r as u64
+            } else if self.node.part(o).is_some() {
+                m.node_rows += 1;
+                NODE | (o as u64) << 32 | r as u64
             } else if let Some(&s) = cache.and_then(|c| c.slot_of.get(&v)) {
                 m.cache_hits += 1;
                 CACHED | u64::from(s)
@@ -329,7 +463,8 @@ impl Sharded<'_> {
     ) -> (Vec<u64>, Vec<f32>) {
         let (me, own) = (self.comm.rank(), self.g.num_local());
         let nodes: Vec<u64> = (0..own).map(|r| self.g.part.global(me, r)).collect();
-        let (mut hidden, mut out, mut rows) = (None::<Window>, Vec::new(), Vec::new());
+        // The previous layer's window, with its rows of the node's other ranks.
+        let (mut hidden, mut out, mut rows) = (None::<(Window, NodeRows)>, Vec::new(), Vec::new());
         let (mut scratch, mut means) = (Vec::new(), Vec::new());
         for l in 0..sage.layers() {
             let (dout, last) = (sage.dims[l + 1], l + 1 == sage.layers());
@@ -337,7 +472,10 @@ impl Sharded<'_> {
             // (collective), in the features' type (f16 features: f16 hidden rows, half the
             // memory and bytes); the last layer's, the scores, into `out`.
             let hb = dout * self.dtype.size();
-            let mut next = (!last).then(|| self.comm.window(own * hb));
+            let mut next = (!last).then(|| match self.shared {
+                true => self.comm.node_window(own * hb),
+                false => self.comm.window(own * hb),
+            });
             if last {
                 out.reserve_exact(own * dout);
             }
@@ -351,7 +489,8 @@ impl Sharded<'_> {
                 let reader = Rows {
                     comm: self.comm,
                     part: &self.g.part,
-                    window: hidden.as_ref().unwrap_or(&self.window),
+                    window: hidden.as_ref().map_or(&self.window, |h| &h.0),
+                    node: hidden.as_ref().map_or(&self.node, |h| &h.1),
                     dtype: self.dtype,
                     width: if l == 0 { self.cols } else { sage.dims[l] },
                 };
@@ -387,7 +526,8 @@ impl Sharded<'_> {
                 self.comm.barrier();
                 // The previous layer's window goes once every rank has read it (the barrier
                 // above: every rank has finished this layer's reads).
-                hidden = Some(w);
+                let node = NodeRows::of(&w, self.comm);
+                hidden = Some((w, node));
             }
         }
         self.comm.barrier();
@@ -425,6 +565,7 @@ impl Source for Sharded<'_> {
             comm: self.comm,
             part: &self.g.part,
             window: &self.window,
+            node: &self.node,
             dtype: self.dtype,
             width: self.cols,
         };
@@ -457,18 +598,22 @@ impl Source for Sharded<'_> {
         picked: &mut Vec<u64>,
     ) {
         let (me, ranks) = (self.comm.rank(), self.comm.size());
-        if ranks == 1 {
+        if self.alone {
+            // Every node's adjacency is here: this rank's own or its node's.
             for &v in dst {
-                let before = picked.len();
-                self.sample_own(v, fanout, rng, picked);
+                let (o, before) = (self.g.part.owner(v), picked.len());
+                if o == me || !self.sample_on_node((o, v), fanout, rng, picked) {
+                    self.sample_own(v, fanout, rng, picked);
+                }
                 counts.push((picked.len() - before) as u32);
             }
             return;
         }
         let mut ask: Vec<Vec<u64>> = vec![Vec::new(); ranks];
+        let on_node = |o: usize| self.adjacency.as_ref().is_some_and(|a| a.has(o));
         for &v in dst {
             let o = self.g.part.owner(v);
-            if o != me {
+            if o != me && !on_node(o) {
                 ask[o].push(v);
             }
         }
@@ -502,7 +647,7 @@ impl Source for Sharded<'_> {
             let before = picked.len();
             if o == me {
                 self.sample_own(v, fanout, rng, picked);
-            } else {
+            } else if !self.sample_on_node((o, v), fanout, rng, picked) {
                 let (i, at) = &mut next[o];
                 let c = answers[o][*i] as usize;
                 picked.extend_from_slice(&answers[o][*at..*at + c]);
