@@ -260,9 +260,10 @@ impl Sage {
                         s,
                     );
                 } else {
-                    means_with(b, din, &mut s.mean, |j, acc| {
+                    let add = |j: usize, acc: &mut [f32]| {
                         add_row(acc, &h[j * din..(j + 1) * din]);
-                    });
+                    };
+                    means_with(b, din, &mut s.mean, add, |_| {});
                 }
                 &h[..b.num_dst * din]
             }
@@ -550,13 +551,28 @@ fn pool_backward(
     }
 }
 
+/// Neighbour rows a mean asks to be fetched ahead of their use ([`means_with`]'s `hint`).
+const AHEAD: usize = 4;
+
 /// Per output node of `b`, the mean of its neighbours' input rows (zeros without neighbours),
-/// into `m` (`d` wide), where `add(j, acc)` adds input row `j` to `acc`.
-fn means_with(b: &Block, d: usize, m: &mut Vec<f32>, add: impl Fn(usize, &mut [f32]) + Sync) {
+/// into `m` (`d` wide), where `add(j, acc)` adds input row `j` to `acc`, and `hint(j)` asks
+/// the CPU to fetch row `j`, which is added soon (rows scattered over a large window miss the
+/// caches: the next node's rows load while this one's are added).
+fn means_with(
+    b: &Block,
+    d: usize,
+    m: &mut Vec<f32>,
+    add: impl Fn(usize, &mut [f32]) + Sync,
+    hint: impl Fn(usize) + Sync,
+) {
     zeroed(m, b.num_dst * d);
     let one = |(i, out): (usize, &mut [f32])| {
-        let nb = &b.nbrs[b.offsets[i] as usize..b.offsets[i + 1] as usize];
-        for &j in nb {
+        let (a, z) = (b.offsets[i] as usize, b.offsets[i + 1] as usize);
+        let nb = &b.nbrs[a..z];
+        for (k, &j) in nb.iter().enumerate() {
+            if let Some(&next) = b.nbrs.get(a + k + AHEAD) {
+                hint(next as usize);
+            }
             add(j as usize, out);
         }
         if !nb.is_empty() {
@@ -576,10 +592,11 @@ fn means_with(b: &Block, d: usize, m: &mut Vec<f32>, add: impl Fn(usize, &mut [f
 /// acc)` adds input row `j` to `acc` wherever that row lives (a window, a cache, a buffer of
 /// rows read from their owners): each input row is read where it is as often as it is
 /// referenced, never copied into a matrix of all input rows first.
+/// `hint(j)` asks for row `j` ahead of its use (a no-op where rows are close together).
 pub fn gather_means(
     b: &Block,
     d: usize,
-    add: impl Fn(usize, &mut [f32]) + Sync,
+    (add, hint): (impl Fn(usize, &mut [f32]) + Sync, impl Fn(usize) + Sync),
     own: &mut Vec<f32>,
     mean: &mut Vec<f32>,
 ) {
@@ -587,7 +604,7 @@ pub fn gather_means(
     for (i, row) in own.chunks_exact_mut(d).enumerate() {
         add(i, row);
     }
-    means_with(b, d, mean, &add);
+    means_with(b, d, mean, &add, hint);
 }
 
 /// `acc += row`.
@@ -948,7 +965,7 @@ mod tests {
             // gradient.
             let (mut own, mut mean) = (Vec::new(), Vec::new());
             let add = |j: usize, acc: &mut [f32]| add_row(acc, &x[j * 5..(j + 1) * 5]);
-            gather_means(&b[0], 5, add, &mut own, &mut mean);
+            gather_means(&b[0], 5, (add, |_| {}), &mut own, &mut mean);
             let mut gm = vec![0f32; sage.params.len()];
             let batch = Batch {
                 blocks: &b,

@@ -368,17 +368,18 @@ impl Rows<'_> {
         self.fetch(&remote, input, cache.as_deref_mut(), m, fetched);
         let (cached, node) = (cache.as_deref(), self.node);
         self.window.with_local(|bytes| {
-            let add = |j: usize, acc: &mut [f32]| {
+            let src = |j: usize| {
                 let (l, r) = (at[j] & !INDEX, (at[j] & INDEX) as usize * rb);
-                let src = match l {
+                match l {
                     OWN => &bytes[r..r + rb],
                     CACHED => &cached.expect("a hit has a cache").rows[r..r + rb],
                     NODE => node.row(at[j], rb),
                     _ => &fetched[r..r + rb],
-                };
-                add_row(dtype, src, acc);
+                }
             };
-            gather_means(b, f, add, own, mean);
+            let add = |j: usize, acc: &mut [f32]| add_row(dtype, src(j), acc);
+            let hint = |j: usize| crate::store::prefetch(src(j));
+            gather_means(b, f, (add, hint), own, mean);
         });
     }
 

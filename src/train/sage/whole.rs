@@ -109,7 +109,8 @@ impl Source for Whole {
         let rows = &mut out.rows;
         if out.gather {
             let add = |j, acc: &mut [f32]| acc.iter_mut().zip(row(j)).for_each(|(a, v)| *a += v);
-            gather_means(&out.blocks.blocks[0], f, add, rows, &mut out.means);
+            let hint = |j| crate::store::prefetch(bytemuck::cast_slice(row(j)));
+            gather_means(&out.blocks.blocks[0], f, (add, hint), rows, &mut out.means);
         } else {
             rows.clear();
             for j in 0..input.len() {
