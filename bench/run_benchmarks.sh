@@ -360,7 +360,7 @@ if [[ "$what" == sage ]]; then
   VENV="${SAGE_VENV:-$WORK/dglenv}"
   if [[ ! -x "$VENV/bin/python" ]]; then
     python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q "numpy<2" torch==2.2.1 dgl==2.1.0 torchdata==0.7.1 pyyaml pydantic h5py
+    "$VENV/bin/pip" install -q "numpy<2" torch==2.2.1 dgl==2.1.0 torchdata==0.7.1 pyyaml pydantic h5py "pandas<2.3"
   fi
   "$BIN" convert "$DATA/cora/edges.tsv" --features "$DATA/cora/features.tsv" --labels "$DATA/cora/labels.tsv" \
     --split "$DATA/cora/split.tsv" -o "$S/cora.h5" > /dev/null

@@ -14,7 +14,7 @@ Prints one JSON line: seeds per second of the training steps alone (sampling, fo
 backward, optimizer; not the per-epoch validation), test and validation accuracy, versions.
 
 Needs torch and dgl (DGL 2.1.0 on PyPI wheels for torch <= 2.2.1, with torchdata 0.7.1 and
-pyyaml), numpy < 2 and h5py; `bench/run_benchmarks.sh sage` makes that venv.
+pyyaml, pandas), numpy < 2 and h5py; `bench/run_benchmarks.sh sage` makes that venv.
 """
 
 import argparse
