@@ -420,6 +420,19 @@ fn sharded_and_replicated_sage_compute_what_one_rank_computes() {
     let [_, node, cached, read] = input_rows(&o);
     assert!(node > 0 && cached == 0 && read == 0, "{}", o.all());
     assert_eq!(trace(&o), one, "3 ranks under mpirun, sharded");
+    // Too little room in /dev/shm (the test hook says 1,000 bytes): private memory, a warning,
+    // every row read one-sidedly, the same numbers.
+    let args = [&["train"], &common[..]].concat();
+    let o = mpirun_env(3, 300, &["GRAPHSCALE_SHM_BYTES=1000"], &args);
+    assert_eq!(o.code, 0, "{}", o.all());
+    assert!(
+        o.stderr.contains("using --node-memory private"),
+        "{}",
+        o.all()
+    );
+    let [_, node, _, read] = input_rows(&o);
+    assert!(node == 0 && read > 0, "{}", o.all());
+    assert_eq!(trace(&o), one, "3 ranks under mpirun, private memory");
 }
 
 /// `eval gnn` scores a `train --model sage` output on its graph (here the GCN aggregator's,
