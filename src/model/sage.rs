@@ -83,6 +83,9 @@ pub struct Sage {
     pub aggregator: Aggregator,
 }
 
+/// The dropout's draws per value: 16 bits.
+const DRAWS: f32 = 65536.0;
+
 /// What one layer's forward keeps for its backward.
 #[derive(Default)]
 struct Saved {
@@ -312,15 +315,11 @@ impl Sage {
         s.gate.clear();
         if l + 1 < self.layers() {
             zeroed(&mut s.gate, z.len());
-            let keep = dropout.as_ref().map_or(1.0, |(p, _)| 1.0 - p);
-            for (zi, g) in z.iter_mut().zip(s.gate.iter_mut()) {
-                let kept = match dropout {
-                    Some((p, rng)) => rng.random::<f32>() >= *p,
-                    None => true,
-                };
-                *g = if *zi > 0.0 && kept { 1.0 / keep } else { 0.0 };
-                *zi *= *g;
-            }
+            relu_dropout(
+                z,
+                &mut s.gate,
+                dropout.as_mut().map(|(p, r)| (*p, &mut **r)),
+            );
         }
     }
 
@@ -556,6 +555,35 @@ fn pool_backward(
 
 /// Neighbour rows a mean asks to be fetched ahead of their use ([`means_with`]'s `hint`).
 const AHEAD: usize = 4;
+
+/// ReLU and dropout on a hidden layer's rows `z`, in place: `gate` (as long, zeroed) gets
+/// each value's factor (0 where ReLU cut or dropout dropped it, the keep rate's inverse or 1
+/// where kept), for the backward. Dropout drops a value when a 16-bit draw falls below `p`'s
+/// share, four draws from each 64-bit output of `rng` (one draw per value cost as much as a
+/// layer's product); kept values are scaled by the exact keep rate.
+fn relu_dropout(z: &mut [f32], gate: &mut [f32], dropout: Option<(f32, &mut Rng)>) {
+    match dropout {
+        Some((p, rng)) => {
+            let cut = (p * DRAWS).round().min(DRAWS - 1.0);
+            let scale = DRAWS / (DRAWS - cut);
+            let cut = cut as u64;
+            for (zc, gc) in z.chunks_mut(4).zip(gate.chunks_mut(4)) {
+                let bits: u64 = rng.random();
+                for (k, (zi, g)) in zc.iter_mut().zip(gc).enumerate() {
+                    let kept = (bits >> (16 * k)) & 0xffff >= cut;
+                    *g = if *zi > 0.0 && kept { scale } else { 0.0 };
+                    *zi *= *g;
+                }
+            }
+        }
+        None => {
+            for (zi, g) in z.iter_mut().zip(gate.iter_mut()) {
+                *g = if *zi > 0.0 { 1.0 } else { 0.0 };
+                *zi *= *g;
+            }
+        }
+    }
+}
 
 /// Per output node of `b`, the mean of its neighbours' input rows (zeros without neighbours),
 /// into `m` (`d` wide), where `add(j, acc)` adds input row `j` to `acc`, and `hint(j)` asks
@@ -919,6 +947,38 @@ mod tests {
 
     /// The hand-written gradients (weights and input rows) match central differences, for
     /// either aggregator and either loss (one class per seed; a set per seed, one empty).
+    /// Dropout drops each value with probability p (the 16-bit draws: within 4 standard
+    /// deviations over 2^18 values), the kept ones scaled so that the mean is kept; ReLU's cut
+    /// values and a run without dropout gate as ReLU alone.
+    #[test]
+    fn dropout_keeps_the_mean_and_drops_its_share() {
+        let n = 1 << 18;
+        for p in [0.1f32, 0.5, 0.9] {
+            let (mut z, mut gate) = (vec![1f32; n], vec![0f32; n]);
+            relu_dropout(&mut z, &mut gate, Some((p, &mut rng(7))));
+            let dropped = gate.iter().filter(|&&g| g == 0.0).count() as f64 / n as f64;
+            let sd = (p as f64 * (1.0 - p as f64) / n as f64).sqrt();
+            assert!(
+                (dropped - p as f64).abs() < 4.0 * sd,
+                "p {p}: dropped {dropped}"
+            );
+            let mean = z.iter().map(|&x| x as f64).sum::<f64>() / n as f64;
+            assert!(
+                (mean - 1.0).abs() < 4.0 * sd / (1.0 - p as f64),
+                "p {p}: mean {mean}"
+            );
+            assert!(z.iter().zip(&gate).all(|(x, g)| x == g));
+        }
+        let mut z: Vec<f32> = (0..8).map(|i| i as f32 - 3.5).collect();
+        let mut gate = vec![0f32; 8];
+        relu_dropout(&mut z, &mut gate, None);
+        assert_eq!(gate, [0., 0., 0., 0., 1., 1., 1., 1.]);
+        assert_eq!(z, [0., 0., 0., 0., 0.5, 1.5, 2.5, 3.5]);
+        let mut z = vec![-1f32; 8];
+        relu_dropout(&mut z, &mut gate, Some((0.5, &mut rng(1))));
+        assert!(gate.iter().all(|&g| g == 0.0));
+    }
+
     #[test]
     fn gradients_match_finite_differences() {
         let single = Targets::Single(&[2, 0]);
