@@ -32,15 +32,23 @@ pub fn decode_row(dtype: Dtype, bytes: &[u8], out: &mut [f32]) {
 /// cache line. Changes nothing else; a no-op off x86_64.
 #[inline]
 pub fn prefetch(bytes: &[u8]) {
+    prefetch_range(bytes.as_ptr(), bytes.len());
+}
+
+/// [`prefetch`] of the `len` bytes at `p`, for memory no slice may cover (rows other threads
+/// update through atomics).
+#[inline]
+pub fn prefetch_range(p: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
-    for line in bytes.chunks(64) {
+    for off in (0..len).step_by(64) {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: a prefetch never faults and has no effect on the program's state; the address
-        // is inside `bytes`.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+        // SAFETY: a prefetch is a hint that never faults, whatever the address, and changes no
+        // value (SSE, which provides it, is part of the x86-64 baseline); `wrapping_add`
+        // computes the address without dereferencing it.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off).cast()) };
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
+    let _ = (p, len);
 }
 
 /// Add one stored row, converted to f32, to `acc` (a sum of rows read where they are stored).

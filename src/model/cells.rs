@@ -72,18 +72,8 @@ impl<'a> Shared<'a> {
 /// Hint the CPU to bring `cells` into cache (no effect on values; a no-op off x86-64).
 #[inline]
 pub fn prefetch(cells: Shared) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let (p, n) = cells.bytes();
-        for off in (0..n).step_by(64) {
-            // SAFETY: a prefetch is a hint that never faults and changes no value; the address
-            // is inside a live row (SSE, which provides it, is part of the x86-64 baseline).
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(off).cast()) };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = cells;
+    let (p, n) = cells.bytes();
+    crate::store::prefetch_range(p, n);
 }
 
 /// Copy a shared row into `out` (same length): vector moves and conversions, then single

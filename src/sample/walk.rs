@@ -649,15 +649,7 @@ fn prefetch<T>(x: &T) {
 /// Hint the CPU to bring the bytes at `p` into cache.
 #[inline]
 fn prefetch_addr(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: a prefetch is a hint that never faults, whatever the address, and changes no
-        // value (SSE, which provides it, is part of the x86-64 baseline).
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
+    crate::store::prefetch_range(p, 1);
 }
 
 /// Prefetch where `owner`'s node `local` keeps its neighbour range.
