@@ -16,7 +16,7 @@ use crate::config::{Dtype, Optimizer};
 use crate::graph::partition::Partitioner;
 use crate::stats::RankMetrics;
 
-use super::sharded::{selection, NodeRows, Rows};
+use super::sharded::{read_owned_rows, NodeRows, Rows};
 use crate::store::{apply_update, decode_row, encode_row, OptParams};
 
 /// A step's gradient record: the node's id, then its row's gradient.
@@ -234,24 +234,29 @@ impl<'a> Learned<'a> {
     /// dataset `input_rows` of `path` (every node's row at its id).
     pub(super) fn load(&mut self, path: &std::path::Path) -> crate::error::Result<()> {
         let (held, dim) = (self.held(), self.dim);
-        let selection = match &self.part {
-            None => (0, held, 1),
-            Some(p) => selection(p, self.comm.rank()),
-        };
+        let comm = self.comm;
+        let part = self.part.as_ref();
         let mut read = Ok(());
         self.window.with_local_mut(|bytes| {
-            read = crate::graph::nodedata::read_rows(
-                path,
-                "input_rows",
-                selection,
-                1 << 14,
-                |at, x| {
-                    for (i, row) in x.chunks_exact(dim).enumerate() {
-                        let r = at + i;
-                        encode_row(Dtype::F32, row, &mut bytes[r * 4 * dim..(r + 1) * 4 * dim]);
-                    }
-                },
-            );
+            let mut put = |r: usize, row: &[f32]| {
+                encode_row(Dtype::F32, row, &mut bytes[r * 4 * dim..(r + 1) * 4 * dim]);
+            };
+            read = match part {
+                Some(part) => {
+                    read_owned_rows(comm, (path, "input_rows"), part, (dim, Dtype::F32), put)
+                }
+                None => crate::graph::nodedata::read_rows(
+                    path,
+                    "input_rows",
+                    (0, held, 1),
+                    1 << 14,
+                    |at, x| {
+                        for (i, row) in x.chunks_exact(dim).enumerate() {
+                            put(at + i, row);
+                        }
+                    },
+                ),
+            };
         });
         crate::spmd::agree(self.comm, read)?;
         self.comm.barrier();

@@ -761,6 +761,10 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         &dims,
         &l,
     )?;
+    // What the load moved (edges to their owners, feature rows from the slabs) is not the
+    // training's.
+    let traffic = comm.traffic();
+    let loaded = (traffic.sent.load(Relaxed), traffic.received.load(Relaxed));
     let t = Timer::start();
     let mut ep = Epochs {
         comm,
@@ -792,10 +796,9 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         lr.restore();
     }
     m.train_seconds = t.secs();
-    let traffic = comm.traffic();
     // The sampling's exchanges and the gradients' all-reduce of the training steps.
-    m.comm_bytes_sent = traffic.sent.load(Relaxed) - eval_sent;
-    m.comm_bytes_received = traffic.received.load(Relaxed);
+    m.comm_bytes_sent = traffic.sent.load(Relaxed) - eval_sent - loaded.0;
+    m.comm_bytes_received = traffic.received.load(Relaxed) - loaded.1;
     sage.params = best_params;
     let mut scored = match best_scored {
         Some(s) => s,
