@@ -433,6 +433,18 @@ fn sharded_and_replicated_sage_compute_what_one_rank_computes() {
     let [_, node, _, read] = input_rows(&o);
     assert!(node == 0 && read > 0, "{}", o.all());
     assert_eq!(trace(&o), one, "3 ranks under mpirun, private memory");
+    if common::mpich() {
+        return;
+    }
+    // Open MPI restricted to `--mca osc ucx` has no shared-memory windows (its
+    // MPI_Win_allocate_shared fails with MPI_ERR_INTERN): a warning naming the fix, every rank
+    // its own node, the same numbers; before the probe the job aborted.
+    let o = mpirun_env(3, 300, &["OMPI_MCA_osc=ucx"], &args);
+    assert_eq!(o.code, 0, "{}", o.all());
+    assert!(o.stderr.contains("--mca osc ucx,sm"), "{}", o.all());
+    let [_, node, _, read] = input_rows(&o);
+    assert!(node == 0 && read > 0, "{}", o.all());
+    assert_eq!(trace(&o), one, "3 ranks under mpirun, no shared windows");
 }
 
 /// `eval gnn` scores a `train --model sage` output on its graph (here the GCN aggregator's,

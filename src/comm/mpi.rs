@@ -105,13 +105,28 @@ impl MpiComm {
         node.all_gather_into(&(rank as u64), &mut node_ranks[..]);
         let mut largest = 0i32;
         world.all_reduce_into(&node.size(), &mut largest, SystemOperation::max());
+        let mut node_ranks: Vec<usize> = node_ranks.into_iter().map(|r| r as usize).collect();
+        let shared_nodes = largest > 1 && shared_windows_work(&world, &node);
+        if largest > 1 && !shared_nodes {
+            // Without shared windows the ranks of a machine are as far apart as the ranks of
+            // different machines (`--ranks-per-node 1`): that path is the same on any MPI.
+            node_ranks = vec![rank];
+            if rank == 0 {
+                let msg = "MPI_Win_allocate_shared fails on this MPI (Open MPI given `--mca osc \
+                           ucx` alone has no shared-memory windows: `--mca osc ucx,sm` keeps UCX \
+                           for the one-sided reads and adds them): every rank keeps its rows and \
+                           adjacency to itself and reaches the others' as another node's, as \
+                           with --ranks-per-node 1";
+                log::warn!("{msg}");
+            }
+        }
         Some(MpiComm {
             watchdog,
             traffic: Traffic::default(),
             world,
             node,
-            node_ranks: node_ranks.into_iter().map(|r| r as usize).collect(),
-            shared_nodes: largest > 1,
+            node_ranks,
+            shared_nodes,
             round_bytes,
             _universe: universe,
         })
@@ -488,6 +503,37 @@ unsafe fn zero(base: *mut u8, len: usize) {
         // SAFETY: the caller guarantees `len` writable, unshared bytes at `base`.
         unsafe { ptr::write_bytes(base, 0, len) };
     }
+}
+
+/// Collective: whether `MPI_Win_allocate_shared` works on every rank's node communicator. Open
+/// MPI restricted to `--mca osc ucx` (a common InfiniBand setting) has no component for shared
+/// windows and fails the call with `MPI_ERR_INTERN`, which would abort the job at its first
+/// node-shared window; the probe turns that into a choice made before any window exists.
+fn shared_windows_work(world: &SimpleCommunicator, node: &SimpleCommunicator) -> bool {
+    let mut base: *mut u8 = ptr::null_mut();
+    let mut win = unsafe_win_null();
+    // SAFETY: `node` is a live communicator and every rank of it makes these calls in the same
+    // order (SPMD, at initialisation); the out-pointers are valid. The error handler is set to
+    // return codes for the probe only and restored after it; a window the probe made is freed.
+    let rc = unsafe {
+        ffi::MPI_Comm_set_errhandler(node.as_raw(), ffi::RSMPI_ERRORS_RETURN);
+        let rc = ffi::MPI_Win_allocate_shared(
+            8,
+            1,
+            ffi::RSMPI_INFO_NULL,
+            node.as_raw(),
+            (&mut base as *mut *mut u8).cast(),
+            &mut win,
+        );
+        if rc == 0 {
+            ffi::MPI_Win_free(&mut win);
+        }
+        ffi::MPI_Comm_set_errhandler(node.as_raw(), ffi::RSMPI_ERRORS_ARE_FATAL);
+        rc
+    };
+    let mut failed = 0i32;
+    world.all_reduce_into(&i32::from(rc != 0), &mut failed, SystemOperation::max());
+    failed == 0
 }
 
 fn unsafe_win_null() -> ffi::MPI_Win {
