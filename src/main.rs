@@ -203,9 +203,19 @@ fn spmd(g: &graphscale::cli::Mpi, f: impl Fn(&Comm) -> Result<()> + Sync) -> i32
             eprintln!("graphscale: MPI was already initialised");
             return 1;
         };
+        let windows = comm.windows_work();
         let comm = Comm::Mpi(comm);
         install_panic_hook(comm.rank(), true);
-        let r = f(&comm);
+        let r = if windows {
+            f(&comm)
+        } else {
+            Err(Error::config(
+                "MPI_Win_allocate fails on this MPI, and graphscale keeps its rows in RMA windows: \
+                 Open MPI's `--mca osc rdma` needs an RDMA network (over TCP use `--mca osc ucx,sm`; \
+                 on InfiniBand `--mca pml ucx --mca osc ucx,sm`); `ompi_info | grep osc` lists \
+                 the components this Open MPI has",
+            ))
+        };
         finish(&comm, r)
     } else {
         install_panic_hook(0, false);

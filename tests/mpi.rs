@@ -95,6 +95,34 @@ fn fetched_rows_equal_the_owners_rows() {
     }
 }
 
+/// Open MPI configurations whose windows fail: with `osc ucx` alone no shared windows (the run
+/// goes on with every rank its own node, after a warning naming the fix), with `osc rdma` over
+/// TCP no windows at all (a clear error on every rank, exit 1). Before the start-up probes both
+/// aborted in MPI's error handler (`MPI_ERR_INTERN`, `MPI_ERR_WIN`).
+#[test]
+fn windows_this_mpi_cannot_make_are_a_warning_or_a_clear_error() {
+    if common::mpich() {
+        return;
+    }
+    let rma = ["selftest", "rma", "--rows", "2000", "--rounds", "10"];
+    let o = mpirun_env(3, 90, &["OMPI_MCA_osc=ucx"], &rma);
+    assert_eq!(o.code, 0, "{}", o.all());
+    assert!(o.stdout.contains("fetched rows verified"), "{}", o.all());
+    assert!(o.stderr.contains("--mca osc ucx,sm"), "{}", o.all());
+    let tcp = [
+        "OMPI_MCA_osc=rdma",
+        "OMPI_MCA_pml=ob1",
+        "OMPI_MCA_btl=tcp,self",
+    ];
+    let o = mpirun_env(2, 90, &tcp, &rma);
+    assert_eq!(o.code, 1, "{}", o.all());
+    assert!(
+        o.stderr.contains("MPI_Win_allocate fails on this MPI") && !o.stderr.contains("MPI_ERR"),
+        "{}",
+        o.all()
+    );
+}
+
 #[test]
 fn exchanges_split_into_rounds_deliver_everything() {
     // 64-byte rounds force every all-to-all to take many rounds; the load must be unchanged.

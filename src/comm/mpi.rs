@@ -66,6 +66,8 @@ pub struct MpiComm {
     node_ranks: Vec<usize>,
     /// Whether some node has more than one rank (the same on every rank).
     shared_nodes: bool,
+    /// Whether `MPI_Win_allocate` works (the same on every rank; see [`windows_work`]).
+    windows: bool,
     round_bytes: u64,
     _universe: mpi::environment::Universe,
 }
@@ -106,8 +108,9 @@ impl MpiComm {
         let mut largest = 0i32;
         world.all_reduce_into(&node.size(), &mut largest, SystemOperation::max());
         let mut node_ranks: Vec<usize> = node_ranks.into_iter().map(|r| r as usize).collect();
-        let shared_nodes = largest > 1 && shared_windows_work(&world, &node);
-        if largest > 1 && !shared_nodes {
+        let windows = windows_work(&world, &world, false);
+        let shared_nodes = windows && largest > 1 && windows_work(&world, &node, true);
+        if windows && largest > 1 && !shared_nodes {
             // Without shared windows the ranks of a machine are as far apart as the ranks of
             // different machines (`--ranks-per-node 1`): that path is the same on any MPI.
             node_ranks = vec![rank];
@@ -127,6 +130,7 @@ impl MpiComm {
             node,
             node_ranks,
             shared_nodes,
+            windows,
             round_bytes,
             _universe: universe,
         })
@@ -146,6 +150,11 @@ impl MpiComm {
 
     pub fn node_size(&self) -> usize {
         self.node_ranks.len()
+    }
+
+    /// Whether this MPI allocates RMA windows (`MPI_Win_allocate`), which every job needs.
+    pub fn windows_work(&self) -> bool {
+        self.windows
     }
 
     pub fn abort(&self, code: i32) -> ! {
@@ -505,30 +514,31 @@ unsafe fn zero(base: *mut u8, len: usize) {
     }
 }
 
-/// Collective: whether `MPI_Win_allocate_shared` works on every rank's node communicator. Open
-/// MPI restricted to `--mca osc ucx` (a common InfiniBand setting) has no component for shared
-/// windows and fails the call with `MPI_ERR_INTERN`, which would abort the job at its first
-/// node-shared window; the probe turns that into a choice made before any window exists.
-fn shared_windows_work(world: &SimpleCommunicator, node: &SimpleCommunicator) -> bool {
+/// Collective: whether a small window can be allocated on `comm` on every rank of `world`:
+/// with `MPI_Win_allocate_shared` (`shared`) or `MPI_Win_allocate`. Open MPI restricted to
+/// `--mca osc ucx` (a common InfiniBand setting) has no component for shared windows and fails
+/// that call with `MPI_ERR_INTERN`; `--mca osc rdma` over TCP fails `MPI_Win_allocate` with
+/// `MPI_ERR_WIN`. Either would abort the job at its first window with MPI's own message; the
+/// probe turns it into a choice (shared) or a clear error (`main`) before any window exists.
+fn windows_work(world: &SimpleCommunicator, comm: &SimpleCommunicator, shared: bool) -> bool {
     let mut base: *mut u8 = ptr::null_mut();
     let mut win = unsafe_win_null();
-    // SAFETY: `node` is a live communicator and every rank of it makes these calls in the same
-    // order (SPMD, at initialisation); the out-pointers are valid. The error handler is set to
-    // return codes for the probe only and restored after it; a window the probe made is freed.
+    // SAFETY: `comm` is a live communicator and every rank of it makes these calls in the same
+    // order (SPMD, at initialisation); the out-pointers are valid. The error handler returns
+    // codes for the probe only and is restored after it; a window the probe made is freed.
     let rc = unsafe {
-        ffi::MPI_Comm_set_errhandler(node.as_raw(), ffi::RSMPI_ERRORS_RETURN);
-        let rc = ffi::MPI_Win_allocate_shared(
-            8,
-            1,
-            ffi::RSMPI_INFO_NULL,
-            node.as_raw(),
-            (&mut base as *mut *mut u8).cast(),
-            &mut win,
-        );
+        ffi::MPI_Comm_set_errhandler(comm.as_raw(), ffi::RSMPI_ERRORS_RETURN);
+        let out = (&mut base as *mut *mut u8).cast();
+        let info = ffi::RSMPI_INFO_NULL;
+        let rc = if shared {
+            ffi::MPI_Win_allocate_shared(8, 1, info, comm.as_raw(), out, &mut win)
+        } else {
+            ffi::MPI_Win_allocate(8, 1, info, comm.as_raw(), out, &mut win)
+        };
         if rc == 0 {
             ffi::MPI_Win_free(&mut win);
         }
-        ffi::MPI_Comm_set_errhandler(node.as_raw(), ffi::RSMPI_ERRORS_ARE_FATAL);
+        ffi::MPI_Comm_set_errhandler(comm.as_raw(), ffi::RSMPI_ERRORS_ARE_FATAL);
         rc
     };
     let mut failed = 0i32;
