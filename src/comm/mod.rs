@@ -32,6 +32,16 @@ pub struct Traffic {
     pub received: AtomicU64,
 }
 
+impl Traffic {
+    /// Bytes sent and received so far.
+    pub fn totals(&self) -> (u64, u64) {
+        (
+            self.sent.load(Ordering::Relaxed),
+            self.received.load(Ordering::Relaxed),
+        )
+    }
+}
+
 /// A new file of `len` zero bytes at `path`, mapped read-write and unlinked.
 fn map_file(path: &std::path::Path, len: usize) -> crate::Result<memmap2::MmapMut> {
     use crate::error::Error;

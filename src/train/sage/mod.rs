@@ -761,10 +761,8 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         &dims,
         &l,
     )?;
-    // What the load moved (edges to their owners, feature rows from the slabs) is not the
-    // training's.
-    let traffic = comm.traffic();
-    let loaded = (traffic.sent.load(Relaxed), traffic.received.load(Relaxed));
+    // What the load moved (edges to their owners, feature rows) is not the training's.
+    let loaded = comm.traffic().totals();
     let t = Timer::start();
     let mut ep = Epochs {
         comm,
@@ -797,8 +795,8 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     }
     m.train_seconds = t.secs();
     // The sampling's exchanges and the gradients' all-reduce of the training steps.
-    m.comm_bytes_sent = traffic.sent.load(Relaxed) - eval_sent - loaded.0;
-    m.comm_bytes_received = traffic.received.load(Relaxed) - loaded.1;
+    let (sent, received) = comm.traffic().totals();
+    (m.comm_bytes_sent, m.comm_bytes_received) = (sent - eval_sent - loaded.0, received - loaded.1);
     sage.params = best_params;
     let mut scored = match best_scored {
         Some(s) => s,
