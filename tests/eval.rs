@@ -182,6 +182,25 @@ fn bad_evaluation_inputs_are_named() {
         "{}",
         o.stderr
     );
+    // Distributed link prediction reads the rows in slabs and sends them to their ranks: the
+    // same error, naming the row, before the test edges are read.
+    let linkpred = [
+        "eval",
+        "linkpred",
+        "--embeddings",
+        s(&nan),
+        "--test",
+        s(&g),
+        "--ranks",
+        "3",
+    ];
+    let o = run(60, &linkpred);
+    assert_eq!(o.code, 1, "{}", o.all());
+    assert!(
+        o.stderr.contains("non-finite") && o.stderr.contains("row 17"),
+        "{}",
+        o.stderr
+    );
     // Splits that are not permutations of the labeled nodes.
     let sp = p(d.path(), "splits.json");
     std::fs::write(&sp, r#"{"perms": [[0, 1, 2]]}"#).expect("write");

@@ -437,11 +437,7 @@ pub fn link_prediction_distributed(
     seed: u64,
 ) -> Result<LinkResult> {
     let (rank, ranks) = (comm.rank(), comm.size());
-    let local = crate::spmd::agree(
-        comm,
-        crate::embeddings::read_embeddings_stripe(embeddings, rank, ranks),
-    );
-    let (rows, dim, mine) = local?;
+    let (rows, dim, mine) = crate::embeddings::read_embeddings_striped(comm, embeddings)?;
     let t = crate::spmd::agree(comm, read_test(test, rows))?;
     let part = Partitioner::new(Scheme::Striped, rows as u64, ranks);
     let rb = dim * 4;

@@ -16,7 +16,8 @@ use crate::config::{Dtype, Optimizer};
 use crate::graph::partition::Partitioner;
 use crate::stats::RankMetrics;
 
-use super::sharded::{read_owned_rows, NodeRows, Rows};
+use super::sharded::{NodeRows, Rows};
+use crate::graph::nodedata::read_owned_rows;
 use crate::store::{apply_update, decode_row, encode_row, OptParams};
 
 /// A step's gradient record: the node's id, then its row's gradient.
