@@ -524,9 +524,14 @@ fn windows_work(world: &SimpleCommunicator, comm: &SimpleCommunicator, shared: b
     let mut base: *mut u8 = ptr::null_mut();
     let mut win = unsafe_win_null();
     // SAFETY: `comm` is a live communicator and every rank of it makes these calls in the same
-    // order (SPMD, at initialisation); the out-pointers are valid. The error handler returns
-    // codes for the probe only and is restored after it; a window the probe made is freed.
+    // order (SPMD, at initialisation); the out-pointers are valid (`MPI_Comm_get_errhandler`
+    // writes the handler before it is read). The error handler returns codes for the probe
+    // only; the one before is restored and its reference freed; a window the probe made is
+    // freed.
     let rc = unsafe {
+        let mut before = std::mem::MaybeUninit::<ffi::MPI_Errhandler>::uninit();
+        ffi::MPI_Comm_get_errhandler(comm.as_raw(), before.as_mut_ptr());
+        let mut before = before.assume_init();
         ffi::MPI_Comm_set_errhandler(comm.as_raw(), ffi::RSMPI_ERRORS_RETURN);
         let out = (&mut base as *mut *mut u8).cast();
         let info = ffi::RSMPI_INFO_NULL;
@@ -538,7 +543,8 @@ fn windows_work(world: &SimpleCommunicator, comm: &SimpleCommunicator, shared: b
         if rc == 0 {
             ffi::MPI_Win_free(&mut win);
         }
-        ffi::MPI_Comm_set_errhandler(comm.as_raw(), ffi::RSMPI_ERRORS_ARE_FATAL);
+        ffi::MPI_Comm_set_errhandler(comm.as_raw(), before);
+        ffi::MPI_Errhandler_free(&mut before);
         rc
     };
     let mut failed = 0i32;
