@@ -633,6 +633,9 @@ pub fn gather_means(
 ) {
     zeroed(own, b.num_dst * d);
     for (i, row) in own.chunks_exact_mut(d).enumerate() {
+        if i + AHEAD < b.num_dst {
+            hint(i + AHEAD);
+        }
         add(i, row);
     }
     means_with(b, d, mean, &add, hint);

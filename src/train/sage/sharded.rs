@@ -288,6 +288,8 @@ impl NodeRows {
 pub(super) struct Located {
     at: Vec<u64>,
     fetched: Vec<u8>,
+    /// Per input row the address of its bytes, wherever they are (the gather's rows).
+    addr: Vec<usize>,
 }
 
 impl Rows<'_> {
@@ -347,22 +349,31 @@ impl Rows<'_> {
     ) {
         let (f, dtype) = (self.width, self.dtype);
         let rb = f * dtype.size();
-        let Located { at, fetched } = scratch;
+        let Located { at, fetched, addr } = scratch;
         let remote = self.locate(input, cache.as_deref(), m, at);
         self.fetch(&remote, input, cache.as_deref_mut(), m, fetched);
         let (cached, node) = (cache.as_deref(), self.node);
         self.window.with_local(|bytes| {
-            let src = |j: usize| {
-                let (l, r) = (at[j] & !INDEX, (at[j] & INDEX) as usize * rb);
-                match l {
+            // Where each row is, resolved once: the means then read a row (and ask for one
+            // ahead) without a branch on its kind per reference.
+            addr.clear();
+            addr.extend(at.iter().map(|&a| {
+                let (l, r) = (a & !INDEX, (a & INDEX) as usize * rb);
+                let row = match l {
                     OWN => &bytes[r..r + rb],
                     CACHED => &cached.expect("a hit has a cache").rows[r..r + rb],
-                    NODE => node.row(at[j], rb),
+                    NODE => node.row(a, rb),
                     _ => &fetched[r..r + rb],
-                }
-            };
+                };
+                row.as_ptr() as usize
+            }));
+            let addr = &addr[..];
+            // SAFETY: `addr[j]` is the start of `rb` bytes of the window, the cache, the fetched
+            // rows or a node part, all borrowed unchanged for this closure (nothing writes
+            // them while the means read).
+            let src = |j: usize| unsafe { std::slice::from_raw_parts(addr[j] as *const u8, rb) };
             let add = |j: usize, acc: &mut [f32]| add_row(dtype, src(j), acc);
-            let hint = |j: usize| crate::store::prefetch(src(j));
+            let hint = |j: usize| crate::store::prefetch_range(addr[j] as *const u8, rb);
             gather_means(b, f, (add, hint), own, mean);
         });
     }
