@@ -3,15 +3,17 @@
 //!
 //! The peak is measured, not taken from a data sheet: a loop of independent 8-wide fused
 //! multiply-adds in registers (12 accumulators hide the FMA latency), the best of 5 runs. The
-//! kernel is what `model::sage` calls for every dense product, ndarray's `general_mat_mul`
+//! kernel is what `model::sage` calls for every dense product, `model::dense` (the `gemm`
+//! crate), beside the baseline it replaced in the same run, ndarray's `general_mat_mul`
 //! (matrixmultiply's packed AVX2/FMA sgemm), at the shapes of a default step (512 seeds over 2
 //! ranks, fan-out 25 and 10, 128 features, hidden 128, 8 classes) and of layer-wise inference;
-//! the median of 7 runs each.
+//! the median of 15 runs each after a warm-up.
 
 use std::time::Instant;
 
+use graphscale::model::dense;
 use ndarray::linalg::general_mat_mul;
-use ndarray::Array2;
+use ndarray::{ArrayView2, ArrayViewMut2};
 
 /// GFLOP/s of one core's fused multiply-adds (2 flops per lane), or `None` without AVX2/FMA.
 fn fma_peak() -> Option<f64> {
@@ -51,21 +53,47 @@ unsafe fn fma_loop(iters: u64) -> f32 {
     out.iter().sum()
 }
 
-/// GFLOP/s of `C (m x n) += A (m x k) B (k x n)`, the median of 7 runs.
-fn sgemm(m: usize, k: usize, n: usize) -> f64 {
-    let a = Array2::from_shape_fn((m, k), |(i, j)| ((i * 7 + j) % 13) as f32 * 0.01);
-    let b = Array2::from_shape_fn((k, n), |(i, j)| ((i * 3 + j) % 11) as f32 * 0.01);
-    let mut c = Array2::<f32>::zeros((m, n));
-    let mut t: Vec<f64> = (0..7)
+/// The median seconds of 15 runs of `f`, after one to warm up.
+fn median_secs(mut f: impl FnMut()) -> f64 {
+    f();
+    let mut t: Vec<f64> = (0..15)
         .map(|_| {
             let s = Instant::now();
-            general_mat_mul(1.0, &a, &b, 1.0, &mut c);
+            f();
             s.elapsed().as_secs_f64()
         })
         .collect();
     t.sort_by(f64::total_cmp);
+    t[7]
+}
+
+/// GFLOP/s of `C (m x n) += A (m x k) B (k x n)` (`tn`: A stored k x m, transposed), by ndarray
+/// (the baseline) and by `model::dense` (what GraphSAGE runs).
+fn sgemm(m: usize, k: usize, n: usize, tn: bool) -> (f64, f64) {
+    let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 13) as f32 * 0.01).collect();
+    let b: Vec<f32> = (0..k * n).map(|i| ((i * 3) % 11) as f32 * 0.01).collect();
+    let mut c = vec![0f32; m * n];
+    let flops = (2 * m * k * n) as f64 / 1e9;
+    let base = {
+        let av = if tn {
+            ArrayView2::from_shape((k, m), &a[..])
+                .expect("k x m")
+                .reversed_axes()
+        } else {
+            ArrayView2::from_shape((m, k), &a[..]).expect("m x k")
+        };
+        let bv = ArrayView2::from_shape((k, n), &b[..]).expect("k x n");
+        let mut cv = ArrayViewMut2::from_shape((m, n), &mut c[..]).expect("m x n");
+        median_secs(|| general_mat_mul(1.0, &av, &bv, 1.0, &mut cv))
+    };
+    let ours = if tn {
+        // c = a^T b with a stored k x m: GraphSAGE's weight gradient (rows are the sum's index).
+        median_secs(|| dense::mul_tn(&mut c, &a, &b, (k, m, n)))
+    } else {
+        median_secs(|| dense::mul(&mut c, &a, &b, (m, k, n), 1.0))
+    };
     std::hint::black_box(&c);
-    (2 * m * k * n) as f64 / t[3] / 1e9
+    (flops / base, flops / ours)
 }
 
 fn main() {
@@ -74,40 +102,48 @@ fn main() {
         Some(p) => println!("FMA peak, one core: {p:.1} GFLOP/s"),
         None => println!("no AVX2/FMA: no peak to compare with"),
     }
-    // (what, m, k, n): a step's first layer forward over its 256 seeds' 6,656 hop-1 rows
-    // (self and neighbour products), its second layer to the classes, the first layer's weight
-    // gradient (A^T dZ: k = rows), and a 4,096-node chunk of layer-wise inference.
+    // (what, m, k, n, transposed A): GraphSAGE runs every product in tasks of 256 rows
+    // (`model::sage`'s TASK_ROWS, the same arithmetic at any thread count): a task of a step's
+    // first layer forward (self and neighbour products), the second layer to the classes, a
+    // task's partial weight gradient (A^T dZ: k = the task's rows); and, for scale, a whole
+    // step's first layer over its 256 seeds' 6,656 hop-1 rows and its weight gradient.
     let shapes = [
         (
-            "step, layer 1 forward (rows x features -> hidden)",
-            6656,
+            "task of layer 1 forward (rows x features -> hidden)",
+            256,
             128,
             128,
+            false,
         ),
         (
-            "step, layer 2 forward (seeds x hidden -> classes)",
+            "task of layer 2 forward (seeds x hidden -> classes)",
             256,
             128,
             8,
+            false,
         ),
         (
-            "step, layer 1 weight gradient (features x rows -> hidden)",
+            "task of layer 1 weight gradient (features x rows -> hidden)",
             128,
-            6656,
+            256,
             128,
+            true,
         ),
-        (
-            "inference chunk, layer 1 (4096 x features -> hidden)",
-            4096,
-            128,
-            128,
-        ),
+        ("whole layer 1 forward", 6656, 128, 128, false),
+        ("whole layer 1 weight gradient", 128, 6656, 128, true),
     ];
-    for (what, m, k, n) in shapes {
-        let g = sgemm(m, k, n);
-        let share = peak.map_or(String::new(), |p| {
-            format!(", {:.0}% of peak", 100.0 * g / p)
-        });
-        println!("{what}: {m} x {k} x {n}: {g:.1} GFLOP/s{share}");
+    for (what, m, k, n, tn) in shapes {
+        let (base, ours) = sgemm(m, k, n, tn);
+        let share = |g: f64| {
+            peak.map_or(String::new(), |p| {
+                format!(" ({:.0}% of peak)", 100.0 * g / p)
+            })
+        };
+        println!(
+            "{what}: {m} x {k} x {n}: dense {ours:.1} GFLOP/s{}, ndarray {base:.1}{}, {:.2}x",
+            share(ours),
+            share(base),
+            ours / base
+        );
     }
 }

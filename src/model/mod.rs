@@ -11,6 +11,7 @@
 //! `crate::sample` when it needs new work (see [`Work`]).
 
 pub mod cells;
+pub mod dense;
 mod kernels;
 pub mod kge;
 pub mod sage;

@@ -10,12 +10,12 @@
 //! class scores: softmax cross-entropy over the seeds' labels. The gradients are by hand for
 //! this fixed architecture; the matrix products go through ndarray (matrixmultiply).
 
-use ndarray::linalg::general_mat_mul;
-use ndarray::{ArrayView2, ArrayViewMut2};
 use rand::RngExt;
 
 pub use crate::sample::neighbors::Block;
 use crate::sample::Rng;
+
+use super::dense;
 
 /// A mini-batch: its blocks, the outermost block's input rows and the seeds' labels.
 pub struct Batch<'a> {
@@ -656,11 +656,8 @@ fn add_rows(acc: &mut [f32], rows: &[f32], width: usize) {
 /// `c (m x n) = beta c + a (m x k) b (k x n)`, a task per [`TASK_ROWS`] rows.
 fn matmul(a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize, beta: f32) {
     debug_assert_eq!((a.len(), c.len()), (m * k, m * n));
-    let bv = ArrayView2::from_shape((k, n), b).expect("k x n");
     rows_by_task(a, k, c, n, |a, c, rows| {
-        let av = ArrayView2::from_shape((rows, k), a).expect("m x k");
-        let mut cv = ArrayViewMut2::from_shape((rows, n), c).expect("m x n");
-        general_mat_mul(1.0, &av, &bv, beta, &mut cv);
+        dense::mul(c, a, b, (rows, k, n), beta);
     });
 }
 
@@ -673,11 +670,8 @@ fn matmul_tn(
 ) {
     let one = |(i, p): (usize, &mut Vec<f32>)| {
         let (r0, r1) = (i * TASK_ROWS, ((i + 1) * TASK_ROWS).min(m));
-        zeroed(p, k * n);
-        let av = ArrayView2::from_shape((r1 - r0, k), &a[r0 * k..r1 * k]).expect("m x k");
-        let bv = ArrayView2::from_shape((r1 - r0, n), &b[r0 * n..r1 * n]).expect("m x n");
-        let mut pv = ArrayViewMut2::from_shape((k, n), &mut p[..]).expect("k x n");
-        general_mat_mul(1.0, &av.t(), &bv, 0.0, &mut pv);
+        p.resize(k * n, 0.0);
+        dense::mul_tn(p, &a[r0 * k..r1 * k], &b[r0 * n..r1 * n], (r1 - r0, k, n));
     };
     let tasks = m.div_ceil(TASK_ROWS);
     parts.resize_with(parts.len().max(tasks), Vec::new);
@@ -696,11 +690,8 @@ fn matmul_tn(
 /// `c (m x k) += a b^T`, `a` (m x n), `b` (k x n), a task per [`TASK_ROWS`] rows.
 fn matmul_nt(a: &[f32], b: &[f32], c: &mut [f32], m: usize, n: usize, k: usize) {
     debug_assert_eq!((a.len(), c.len()), (m * n, m * k));
-    let bv = ArrayView2::from_shape((k, n), b).expect("k x n");
     rows_by_task(a, n, c, k, |a, c, rows| {
-        let av = ArrayView2::from_shape((rows, n), a).expect("m x n");
-        let mut cv = ArrayViewMut2::from_shape((rows, k), c).expect("m x k");
-        general_mat_mul(1.0, &av, &bv.t(), 1.0, &mut cv);
+        dense::mul_nt(c, a, b, (rows, n, k));
     });
 }
 
