@@ -355,6 +355,7 @@ fi
 # 128 features (signal 0.5, mix 0.3; SAGE_EPOCHS, default 2). RUNS alternated rounds (default
 # 3, seed = round), medians. Seeds/s count the training steps alone (not the per-epoch
 # validation). DGL's venv (SAGE_VENV, default target/bench/dglenv) is made when missing.
+# SAGE_DTYPE=f16 runs the SBM with f16 feature rows (results in sage_vs_dgl_f16.json).
 if [[ "$what" == sage ]]; then
   S="$WORK/sage"; mkdir -p "$S"
   VENV="${SAGE_VENV:-$WORK/dglenv}"
@@ -364,9 +365,14 @@ if [[ "$what" == sage ]]; then
   fi
   "$BIN" convert "$DATA/cora/edges.tsv" --features "$DATA/cora/features.tsv" --labels "$DATA/cora/labels.tsv" \
     --split "$DATA/cora/split.tsv" -o "$S/cora.h5" > /dev/null
+  # SAGE_DTYPE=f16 stores the SBM's features as f16 (the same draws rounded): graphscale gathers
+  # the 2-byte rows, DGL reads them into f32 tensors (the same values).
+  sdt="${SAGE_DTYPE:-f32}"
   sc="${SAGE_SCALE:-20}"
-  [[ -f "$S/csbm$sc.h5" ]] || "$BIN" generate sbm --nodes $((1 << sc)) --blocks 8 --features 128 --signal 0.5 \
-    --mix 0.3 -o "$S/csbm$sc.h5" > /dev/null
+  tag=""
+  [[ "$sdt" == f32 ]] || { sc="$sc$sdt"; tag="_$sdt"; }
+  [[ -f "$S/csbm$sc.h5" ]] || "$BIN" generate sbm --nodes $((1 << ${SAGE_SCALE:-20})) --blocks 8 --features 128 \
+    --signal 0.5 --mix 0.3 --dtype "$sdt" -o "$S/csbm$sc.h5" > /dev/null
   rounds="${RUNS:-3}"
   for r in $(seq 1 "$rounds"); do
     for g in cora "csbm$sc"; do
@@ -384,7 +390,7 @@ if [[ "$what" == sage ]]; then
       if (( r % 2 )); then dgl; gs; else gs; dgl; fi
     done
   done
-  python3 - "$S" "$OUT/sage_vs_dgl.json" "$rounds" "$sc" <<'PYEOF'
+  python3 - "$S" "$OUT/sage_vs_dgl$tag.json" "$rounds" "$sc" <<'PYEOF'
 import json, os, re, statistics, sys
 s, out, rounds, sc = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 res = {"rounds": rounds, "graphs": {}}
