@@ -1,6 +1,7 @@
-//! Dense products of row-major `f32` matrices for GraphSAGE's layers: the `gemm` crate (faer's
-//! kernels, AVX-512 or AVX2/FMA chosen at run time) where it measured faster than matrixmultiply
-//! (ndarray's), matrixmultiply where it did not (`cargo bench --bench dense_peak` runs both).
+//! Dense products of row-major `f32` matrices (GraphSAGE's layers, the dot-product KG models'
+//! scores and gradients): the `gemm` crate (faer's kernels, AVX-512 or AVX2/FMA chosen at run
+//! time) where it measured faster than matrixmultiply (ndarray's), matrixmultiply where it did
+//! not (`cargo bench --bench dense_peak` runs both).
 
 use gemm::{gemm, Parallelism};
 
@@ -70,8 +71,8 @@ pub fn mul_tn(c: &mut [f32], a: &[f32], b: &[f32], (m, k, n): (usize, usize, usi
     }
 }
 
-/// `c (m x k) += a b^T`, `a` (m x n), `b` (k x n).
-pub fn mul_nt(c: &mut [f32], a: &[f32], b: &[f32], (m, n, k): (usize, usize, usize)) {
+/// `c (m x k) = beta c + a b^T`, `a` (m x n), `b` (k x n); `beta` 0 ignores what `c` held.
+pub fn mul_nt(c: &mut [f32], a: &[f32], b: &[f32], (m, n, k): (usize, usize, usize), beta: f32) {
     assert!(
         a.len() >= m * n && b.len() >= k * n && c.len() >= m * k,
         "mul_nt: shapes"
@@ -90,14 +91,14 @@ pub fn mul_nt(c: &mut [f32], a: &[f32], b: &[f32], (m, n, k): (usize, usize, usi
             c.as_mut_ptr(),
             1,
             k as isize,
-            true,
+            beta != 0.0,
             a.as_ptr(),
             1,
             n as isize,
             b.as_ptr(),
             n as isize,
             1,
-            1.0,
+            beta,
             1.0,
             false,
             false,
@@ -153,7 +154,10 @@ mod tests {
             mul(&mut c, &a, &b, (m, k, n), 2.0);
             close(&c, &want.iter().map(|x| 3.0 * x).collect::<Vec<_>>());
             let mut d = want.clone();
-            mul_nt(&mut d, &a, &transpose(&b, k, n), (m, k, n));
+            mul_nt(&mut d, &a, &transpose(&b, k, n), (m, k, n), 1.0);
+            let mut e0 = vec![f32::NAN; m * n];
+            mul_nt(&mut e0, &a, &transpose(&b, k, n), (m, k, n), 0.0);
+            close(&e0, &want);
             close(&d, &want.iter().map(|x| 2.0 * x).collect::<Vec<_>>());
             // a^T c over the rows: (k x m) (m x n) with a stored m x k.
             let at = transpose(&a, m, k);

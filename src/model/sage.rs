@@ -8,7 +8,7 @@
 //! `z = h_self W_self + mean(h_nbrs) W_neigh + b` (a node without sampled neighbours
 //! aggregates zeros), then ReLU and dropout on every layer but the last, whose `z` are the
 //! class scores: softmax cross-entropy over the seeds' labels. The gradients are by hand for
-//! this fixed architecture; the matrix products go through ndarray (matrixmultiply).
+//! this fixed architecture; the matrix products go through `model::dense`.
 
 use rand::RngExt;
 
@@ -691,7 +691,7 @@ fn matmul_tn(
 fn matmul_nt(a: &[f32], b: &[f32], c: &mut [f32], m: usize, n: usize, k: usize) {
     debug_assert_eq!((a.len(), c.len()), (m * n, m * k));
     rows_by_task(a, n, c, k, |a, c, rows| {
-        dense::mul_nt(c, a, b, (rows, n, k));
+        dense::mul_nt(c, a, b, (rows, n, k), 1.0);
     });
 }
 

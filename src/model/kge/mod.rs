@@ -467,14 +467,9 @@ struct Side<'a> {
 /// The chunk's `b` queries (b x d) scored against its `k` negatives (k x d) into `scores`
 /// (b x k): one matrix product for the dot-product models, pair by pair for the distances.
 fn score_negatives(psi: Psi, gamma: f32, q: &[f32], negm: &[f32], dim: usize, scores: &mut [f32]) {
-    use ndarray::linalg::general_mat_mul;
-    use ndarray::{ArrayView2, ArrayViewMut2};
     let (b, k) = (q.len() / dim, negm.len() / dim);
     if psi == Psi::Dot {
-        let qv = ArrayView2::from_shape((b, dim), q).expect("b x d");
-        let nv = ArrayView2::from_shape((k, dim), negm).expect("k x d");
-        let mut sv = ArrayViewMut2::from_shape((b, k), scores).expect("b x k");
-        general_mat_mul(1.0, &qv, &nv.t(), 0.0, &mut sv);
+        crate::model::dense::mul_nt(scores, q, negm, (b, dim, k), 0.0);
     } else {
         for (qi, si) in q.chunks_exact(dim).zip(scores.chunks_exact_mut(k)) {
             for (sij, nj) in si.iter_mut().zip(negm.chunks_exact(dim)) {
@@ -495,17 +490,10 @@ fn negative_gradients(
     gq: &mut [f32],
     gneg: &mut [f32],
 ) {
-    use ndarray::linalg::general_mat_mul;
-    use ndarray::{ArrayView2, ArrayViewMut2};
     let (b, k) = (q.len() / dim, negm.len() / dim);
     if psi == Psi::Dot {
-        let qv = ArrayView2::from_shape((b, dim), q).expect("b x d");
-        let nv = ArrayView2::from_shape((k, dim), negm).expect("k x d");
-        let cv = ArrayView2::from_shape((b, k), coef).expect("b x k");
-        let mut gqv = ArrayViewMut2::from_shape((b, dim), gq).expect("b x d");
-        general_mat_mul(1.0, &cv, &nv, 1.0, &mut gqv);
-        let mut gnv = ArrayViewMut2::from_shape((k, dim), gneg).expect("k x d");
-        general_mat_mul(1.0, &cv.t(), &qv, 0.0, &mut gnv);
+        crate::model::dense::mul(gq, coef, negm, (b, k, dim), 1.0);
+        crate::model::dense::mul_tn(gneg, coef, q, (b, k, dim));
     } else {
         gneg.iter_mut().for_each(|x| *x = 0.0);
         for (x, qi) in q.chunks_exact(dim).enumerate() {
