@@ -5,6 +5,48 @@
 
 use gemm::{gemm, Parallelism};
 
+/// A matrix for [`gemm_f32`]: its first value and its (column, row) strides.
+type Strided<T> = (T, isize, isize);
+
+/// `dst (m x n) = beta dst + lhs (m x k) rhs (k x n)` through `gemm`, on this thread; `beta` 0
+/// ignores what `dst` held.
+///
+/// # Safety
+/// Every element the strides reach (rows below m, columns below n or k) lies within the
+/// allocation its pointer comes from, and `dst` overlaps neither input.
+unsafe fn gemm_f32(
+    (m, k, n): (usize, usize, usize),
+    dst: Strided<*mut f32>,
+    lhs: Strided<*const f32>,
+    rhs: Strided<*const f32>,
+    beta: f32,
+) {
+    // SAFETY: the caller's contract is gemm's.
+    unsafe {
+        gemm(
+            m,
+            n,
+            k,
+            dst.0,
+            dst.1,
+            dst.2,
+            beta != 0.0,
+            lhs.0,
+            lhs.1,
+            lhs.2,
+            rhs.0,
+            rhs.1,
+            rhs.2,
+            beta,
+            1.0,
+            false,
+            false,
+            false,
+            Parallelism::None,
+        );
+    }
+}
+
 /// `c (m x n) = beta c + a (m x k) b (k x n)`; `beta` 0 ignores what `c` held.
 pub fn mul(c: &mut [f32], a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize), beta: f32) {
     assert!(
@@ -17,26 +59,12 @@ pub fn mul(c: &mut [f32], a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)
     // SAFETY: `c` holds m x n values at row stride n, `a` m x k at row stride k and `b` k x n at
     // row stride n (asserted above); `c` is borrowed mutably, so it overlaps neither input.
     unsafe {
-        gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            n as isize,
-            beta != 0.0,
-            a.as_ptr(),
-            1,
-            k as isize,
-            b.as_ptr(),
-            1,
-            n as isize,
+        gemm_f32(
+            (m, k, n),
+            (c.as_mut_ptr(), 1, n as isize),
+            (a.as_ptr(), 1, k as isize),
+            (b.as_ptr(), 1, n as isize),
             beta,
-            1.0,
-            false,
-            false,
-            false,
-            Parallelism::None,
         );
     }
 }
@@ -84,26 +112,12 @@ pub fn mul_nt(c: &mut [f32], a: &[f32], b: &[f32], (m, n, k): (usize, usize, usi
     // (i, j) is `b[j * n + i]` (column stride n, row stride 1) within b's k x n; `c` is borrowed
     // mutably, so it overlaps neither input.
     unsafe {
-        gemm(
-            m,
-            k,
-            n,
-            c.as_mut_ptr(),
-            1,
-            k as isize,
-            beta != 0.0,
-            a.as_ptr(),
-            1,
-            n as isize,
-            b.as_ptr(),
-            n as isize,
-            1,
+        gemm_f32(
+            (m, n, k),
+            (c.as_mut_ptr(), 1, k as isize),
+            (a.as_ptr(), 1, n as isize),
+            (b.as_ptr(), n as isize, 1),
             beta,
-            1.0,
-            false,
-            false,
-            false,
-            Parallelism::None,
         );
     }
 }
