@@ -356,6 +356,12 @@ fi
 # 3, seed = round), medians. Seeds/s count the training steps alone (not the per-epoch
 # validation). DGL's venv (SAGE_VENV, default target/bench/dglenv) is made when missing.
 # SAGE_DTYPE=f16 runs the SBM with f16 feature rows (results in sage_vs_dgl_f16.json).
+# Page size: DGL's features are a numpy array, which numpy advises for transparent huge pages
+# (2 MiB); graphscale's node-shared rows live in an MPI shared-memory file in /dev/shm, a tmpfs
+# mounted huge=never by default, so they sit on 4 KiB pages (graphscale warns; docs/tuning.md,
+# "Huge pages"). SAGE_SHM_PAGES=huge (root) remounts /dev/shm with huge=advise for the run and
+# restores its options at the end (results in sage_vs_dgl_huge.json); every result records the
+# mount options it ran under and whether graphscale's rows were on 4 KiB pages.
 if [[ "$what" == sage ]]; then
   S="$WORK/sage"; mkdir -p "$S"
   VENV="${SAGE_VENV:-$WORK/dglenv}"
@@ -373,6 +379,14 @@ if [[ "$what" == sage ]]; then
   [[ "$sdt" == f32 ]] || { sc="$sc$sdt"; tag="_$sdt"; }
   [[ -f "$S/csbm$sc.h5" ]] || "$BIN" generate sbm --nodes $((1 << ${SAGE_SCALE:-20})) --blocks 8 --features 128 \
     --signal 0.5 --mix 0.3 --dtype "$sdt" -o "$S/csbm$sc.h5" > /dev/null
+  if [[ "${SAGE_SHM_PAGES:-}" == huge ]]; then
+    shm_was="$(findmnt -no OPTIONS /dev/shm)"
+    mount -o remount,huge=advise /dev/shm || { echo "SAGE_SHM_PAGES=huge: remounting /dev/shm needs root" >&2; exit 1; }
+    # Restore the mount's huge= option (its other options are untouched by the remount).
+    trap 'mount -o "remount,huge=$(sed -n "s/.*huge=\([a-z_]*\).*/\1/p" <<< "$shm_was" | grep . || echo never)" /dev/shm' EXIT
+    tag="${tag}_huge"
+  fi
+  findmnt -no OPTIONS /dev/shm > "$S/dev_shm_options" || true
   rounds="${RUNS:-3}"
   for r in $(seq 1 "$rounds"); do
     for g in cora "csbm$sc"; do
@@ -393,7 +407,9 @@ if [[ "$what" == sage ]]; then
   python3 - "$S" "$OUT/sage_vs_dgl$tag.json" "$rounds" "$sc" <<'PYEOF'
 import json, os, re, statistics, sys
 s, out, rounds, sc = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-res = {"rounds": rounds, "graphs": {}}
+opts = os.path.join(s, "dev_shm_options")
+res = {"rounds": rounds, "dev_shm_options": open(opts).read().strip() if os.path.exists(opts) else None,
+       "graphs": {}}
 for g in ["cora", "csbm" + sc]:
     gs, dgl = [], []
     for r in range(1, rounds + 1):
@@ -403,6 +419,7 @@ for g in ["cora", "csbm" + sc]:
         log = open(os.path.join(s, f"gs_{g}_{r}.log")).read()
         acc = float(re.search(r"test accuracy ([0-9.]+)", log).group(1))
         gs.append({"seeds_per_s": seeds / steps, "steps_seconds": steps, "test_accuracy": acc,
+                   "rows_on_4k_pages": "on 4 KiB pages" in log,
                    "peak_rss_bytes_max": max(m["peak_rss_bytes"] for m in ms)})
         dgl.append(json.load(open(os.path.join(s, f"dgl_{g}_{r}.json"))))
     med = lambda xs, k: statistics.median(x[k] for x in xs)

@@ -447,6 +447,9 @@ impl MpiComm {
         // SAFETY: MPI_Win_allocate_shared returned `local_bytes` bytes at `base`; no other rank
         // accesses them before the caller's next collective.
         unsafe { zero(base, local_bytes) };
+        if self.rank() == 0 {
+            super::hint_small_pages(base, local_bytes);
+        }
         let win = (self.node_ranks.len() < self.size()).then(|| {
             // SAFETY: `base` holds `local_bytes` bytes that stay allocated until `shm` is freed,
             // after this window (Drop frees `win` first).
@@ -485,6 +488,9 @@ impl MpiComm {
         unsafe {
             open_epoch(win);
             zero(base, local_bytes);
+        }
+        if self.rank() == 0 {
+            super::hint_small_pages(base, local_bytes);
         }
         (win, base)
     }
