@@ -253,6 +253,8 @@ impl Sage {
     ) {
         let (din, dout) = (self.dims[l], self.dims[l + 1]);
         let (at, _) = self.span(l);
+        // The gathered means, read in place where the aggregator leaves them as they are.
+        let mut given: Option<&[f32]> = None;
         let h: &[f32] = match h {
             Input::Rows(h) => {
                 assert_eq!(h.len(), b.num_src * din, "layer {l}: input rows");
@@ -281,7 +283,11 @@ impl Sage {
                 assert_eq!(own.len(), b.num_dst * din, "layer {l}: own rows");
                 assert_eq!(mean.len(), b.num_dst * din, "layer {l}: means");
                 s.mean.clear();
-                s.mean.extend_from_slice(mean);
+                if self.aggregator == Aggregator::Gcn {
+                    s.mean.extend_from_slice(mean);
+                } else {
+                    given = Some(mean);
+                }
                 own
             }
         };
@@ -297,7 +303,7 @@ impl Sage {
             Aggregator::Mean | Aggregator::Pool => {
                 let (ws, wn) = (&p[..din * dout], &p[din * dout..2 * din * dout]);
                 matmul(h, ws, z, b.num_dst, din, dout, 1.0);
-                matmul(&s.mean, wn, z, b.num_dst, din, dout, 1.0);
+                matmul(given.unwrap_or(&s.mean), wn, z, b.num_dst, din, dout, 1.0);
             }
             Aggregator::Gcn => {
                 // The node among its neighbours: (h_self + deg * mean) / (deg + 1).
@@ -410,6 +416,11 @@ impl Sage {
                 Input::Means { own, .. } => own,
             };
             let s = &w.saved[l];
+            // The means the forward pass used (see `layer`).
+            let mean: &[f32] = match x {
+                Input::Means { mean, .. } if l == 0 && self.aggregator != Aggregator::Gcn => mean,
+                _ => &s.mean,
+            };
             let (at, n) = self.span(l);
             let g = &mut grads[at..at + n];
             let gcn = self.aggregator == Aggregator::Gcn;
@@ -439,7 +450,7 @@ impl Sage {
                 let (gwn, gb) = rest.split_at_mut(din * dout);
                 let own = &input[..b.num_dst * din];
                 matmul_tn((own, dz, gws), (b.num_dst, din, dout), &mut w.parts);
-                matmul_tn((&s.mean, dz, gwn), (b.num_dst, din, dout), &mut w.parts);
+                matmul_tn((mean, dz, gwn), (b.num_dst, din, dout), &mut w.parts);
                 let (gb, gpool) = gb.split_at_mut(dout);
                 add_rows(gb, dz, dout);
                 let (ws, wn) = (&p[..din * dout], &p[din * dout..2 * din * dout]);
@@ -566,12 +577,21 @@ fn relu_dropout(z: &mut [f32], gate: &mut [f32], dropout: Option<(f32, &mut Rng)
         Some((p, rng)) => {
             let cut = (p * DRAWS).round().min(DRAWS - 1.0);
             let scale = DRAWS / (DRAWS - cut);
-            let cut = cut as u64;
-            for (zc, gc) in z.chunks_mut(4).zip(gate.chunks_mut(4)) {
-                let bits: u64 = rng.random();
-                for (k, (zi, g)) in zc.iter_mut().zip(gc).enumerate() {
-                    let kept = (bits >> (16 * k)) & 0xffff >= cut;
-                    *g = if *zi > 0.0 && kept { scale } else { 0.0 };
+            let cut = cut as u16;
+            // Draws for a block of values first, then the block without a branch per value
+            // (the draws are random, so such branches mispredict half the time).
+            const BLOCK: usize = 64;
+            let mut draws = [0u16; BLOCK];
+            for (zc, gc) in z.chunks_mut(BLOCK).zip(gate.chunks_mut(BLOCK)) {
+                let words = zc.len().div_ceil(4);
+                for w in draws[..words * 4].chunks_exact_mut(4) {
+                    let bits: u64 = rng.random();
+                    for (k, d) in w.iter_mut().enumerate() {
+                        *d = (bits >> (16 * k)) as u16;
+                    }
+                }
+                for ((zi, g), &d) in zc.iter_mut().zip(gc).zip(&draws) {
+                    *g = if d >= cut && *zi > 0.0 { scale } else { 0.0 };
                     *zi *= *g;
                 }
             }
@@ -971,6 +991,24 @@ mod tests {
         let mut z = vec![-1f32; 8];
         relu_dropout(&mut z, &mut gate, Some((0.5, &mut rng(1))));
         assert!(gate.iter().all(|&g| g == 0.0));
+        // Value i takes bits 16 (i % 4) of the (i / 4)-th output, at any length.
+        for n in [1usize, 3, 4, 63, 64, 65, 130] {
+            let x: Vec<f32> = (0..n).map(|i| (i % 7) as f32 - 2.0).collect();
+            let (mut z, mut gate) = (x.clone(), vec![0f32; n]);
+            relu_dropout(&mut z, &mut gate, Some((0.3, &mut rng(5))));
+            let mut r = rng(5);
+            let words: Vec<u64> = (0..n.div_ceil(4)).map(|_| r.random()).collect();
+            let cut = (0.3 * DRAWS).round() as u64;
+            for i in 0..n {
+                let kept = (words[i / 4] >> (16 * (i % 4))) & 0xffff >= cut && x[i] > 0.0;
+                let g = if kept {
+                    DRAWS / (DRAWS - cut as f32)
+                } else {
+                    0.0
+                };
+                assert_eq!((gate[i], z[i]), (g, x[i] * g), "n {n}, value {i}");
+            }
+        }
     }
 
     #[test]
