@@ -386,7 +386,8 @@ if [[ "$what" == sage ]]; then
     trap 'mount -o "remount,huge=$(sed -n "s/.*huge=\([a-z_]*\).*/\1/p" <<< "$shm_was" | grep . || echo never)" /dev/shm' EXIT
     tag="${tag}_huge"
   fi
-  findmnt -no OPTIONS /dev/shm | head -1 > "$S/dev_shm_options" || true
+  # The last of stacked mounts is the one processes see (and the one remounted above).
+  findmnt -no OPTIONS /dev/shm | tail -1 > "$S/dev_shm_options" || true
   rounds="${RUNS:-3}"
   for r in $(seq 1 "$rounds"); do
     for g in cora "csbm$sc"; do

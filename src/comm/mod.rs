@@ -115,8 +115,8 @@ pub fn huge_bytes_at(smaps: &str, at: usize) -> Option<(String, u64)> {
 
 /// Say once, on the rank that calls it, when a large window of rows (already touched) sits on
 /// 4 KiB pages: rows read at random then miss the TLB on nearly every row, and on 2 MiB pages
-/// GraphSAGE's steps ran 1.26x faster here (docs/tuning.md, "Huge pages"). Open MPI and MPICH
-/// back node-shared windows with a file in `/dev/shm`, a tmpfs mounted `huge=never` by default.
+/// GraphSAGE's steps ran 1.11x faster here (docs/tuning.md, "Huge pages"). Open MPI backs its
+/// shared-memory windows with a file in `/dev/shm`, a tmpfs mounted `huge=never` by default.
 pub fn hint_small_pages(base: *const u8, len: usize) {
     static SAID: AtomicBool = AtomicBool::new(false);
     const LARGE: usize = 64 << 20;
