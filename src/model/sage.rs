@@ -393,17 +393,7 @@ impl Sage {
         self.forward(w, blocks, x, (dropout > 0.0).then_some((dropout, rng)));
         let classes = *self.dims.last().expect("dims");
         let scores = &w.saved.last().expect("layers").out;
-        let (loss, correct) = match labels {
-            Targets::Single(y) => softmax_xent(scores, y, classes, &mut w.dz),
-            Targets::Multi { offsets, ids } => {
-                sigmoid_xent(scores, (offsets, ids), classes, &mut w.dz)
-            }
-            Targets::Pairs {
-                anchors,
-                positives,
-                negatives,
-            } => pair_xent(scores, (anchors, positives, negatives), classes, &mut w.dz),
-        };
+        let (loss, correct) = loss_and_gradient(scores, labels, classes, &mut w.dz);
         if let Input::Means { .. } = x {
             assert!(gx.is_none(), "gathered means take no input gradient");
         }
@@ -734,6 +724,25 @@ fn rows_by_task(
         c.chunks_mut(TASK_ROWS * kc)
             .zip(a.chunks(TASK_ROWS * ka))
             .for_each(one);
+    }
+}
+
+/// The summed loss of `scores` (rows of `classes`) against `labels`, the seeds predicted
+/// right, and the loss's gradient into `dz`.
+fn loss_and_gradient(
+    scores: &[f32],
+    labels: Targets,
+    classes: usize,
+    dz: &mut Vec<f32>,
+) -> (f64, usize) {
+    match labels {
+        Targets::Single(y) => softmax_xent(scores, y, classes, dz),
+        Targets::Multi { offsets, ids } => sigmoid_xent(scores, (offsets, ids), classes, dz),
+        Targets::Pairs {
+            anchors,
+            positives,
+            negatives,
+        } => pair_xent(scores, (anchors, positives, negatives), classes, dz),
     }
 }
 
