@@ -446,10 +446,7 @@ impl MpiComm {
         }
         // SAFETY: MPI_Win_allocate_shared returned `local_bytes` bytes at `base`; no other rank
         // accesses them before the caller's next collective.
-        unsafe { zero(base, local_bytes) };
-        if self.rank() == 0 {
-            super::hint_small_pages(base, local_bytes);
-        }
+        unsafe { self.zero(base, local_bytes) };
         let win = (self.node_ranks.len() < self.size()).then(|| {
             // SAFETY: `base` holds `local_bytes` bytes that stay allocated until `shm` is freed,
             // after this window (Drop frees `win` first).
@@ -463,6 +460,23 @@ impl MpiComm {
             rank: self.rank(),
             peers,
             _mapping: None,
+        }
+    }
+
+    /// Zero this rank's window bytes, advised for huge pages first; rank 0 says when a large
+    /// window got none ([`super::hint_small_pages`]).
+    ///
+    /// # Safety
+    /// `base` and `len` are what MPI_Win_allocate(_shared) returned for this rank (`len`
+    /// writable bytes), and nobody else accesses them meanwhile.
+    unsafe fn zero(&self, base: *mut u8, len: usize) {
+        if len > 0 {
+            advise_huge_pages(base, len);
+            // SAFETY: the caller guarantees `len` writable, unshared bytes at `base`.
+            unsafe { ptr::write_bytes(base, 0, len) };
+        }
+        if self.rank() == 0 {
+            super::hint_small_pages(base, len);
         }
     }
 
@@ -487,10 +501,7 @@ impl MpiComm {
         // `base`, which no other rank reads before the caller's next collective.
         unsafe {
             open_epoch(win);
-            zero(base, local_bytes);
-        }
-        if self.rank() == 0 {
-            super::hint_small_pages(base, local_bytes);
+            self.zero(base, local_bytes);
         }
         (win, base)
     }
@@ -505,19 +516,6 @@ unsafe fn open_epoch(win: ffi::MPI_Win) {
     // SAFETY: the caller guarantees a live window.
     let rc = unsafe { ffi::MPI_Win_lock_all(0, win) };
     assert_eq!(rc, 0, "MPI_Win_lock_all failed");
-}
-
-/// Zero this rank's window bytes.
-///
-/// # Safety
-/// `base` and `len` are what MPI_Win_allocate(_shared) returned for this rank (`len` writable
-/// bytes), and nobody else accesses them meanwhile.
-unsafe fn zero(base: *mut u8, len: usize) {
-    if len > 0 {
-        advise_huge_pages(base, len);
-        // SAFETY: the caller guarantees `len` writable, unshared bytes at `base`.
-        unsafe { ptr::write_bytes(base, 0, len) };
-    }
 }
 
 /// Collective: whether a small window can be allocated on `comm` on every rank of `world`:
