@@ -96,6 +96,27 @@ fn sgemm(m: usize, k: usize, n: usize, tn: bool) -> (f64, f64) {
     (flops / base, flops / ours)
 }
 
+/// GFLOP/s of the same product with bf16 operands and f32 sums (`model::bf16`, GraphSAGE's
+/// `--compute-dtype bf16`), packing included; `None` without AVX-512 BF16 or for `n` it does not
+/// take.
+fn bf16_gemm(m: usize, k: usize, n: usize, tn: bool) -> Option<f64> {
+    use graphscale::model::bf16;
+    if !bf16::available() || !bf16::fits(n) {
+        return None;
+    }
+    let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 13) as f32 * 0.01).collect();
+    let b: Vec<f32> = (0..k * n).map(|i| ((i * 3) % 11) as f32 * 0.01).collect();
+    let mut c = vec![0f32; m * n];
+    let mut p = bf16::Packed::default();
+    let secs = if tn {
+        median_secs(|| bf16::mul_tn(&mut c, &a, &b, (k, m, n), &mut p))
+    } else {
+        median_secs(|| bf16::mul(&mut c, &a, &b, (m, k, n), &mut p))
+    };
+    std::hint::black_box(&c);
+    Some((2 * m * k * n) as f64 / 1e9 / secs)
+}
+
 fn main() {
     let peak = fma_peak();
     match peak {
@@ -145,5 +166,12 @@ fn main() {
             share(base),
             ours / base
         );
+        if let Some(g) = bf16_gemm(m, k, n, tn) {
+            println!(
+                "  bf16 operands, f32 sums: {g:.1} GFLOP/s{}, {:.2}x dense",
+                share(g),
+                g / ours
+            );
+        }
     }
 }

@@ -499,6 +499,7 @@ fn refuse_other_models_flags(r: &RawTrain, model: Model) -> Result<()> {
         (r.aggregator.is_some(), "--aggregator", sage),
         (r.input.is_some(), "--input", sage),
         (r.objective.is_some(), "--objective", sage),
+        (r.compute_dtype.is_some(), "--compute-dtype", sage),
     ]
     .into_iter()
     .filter(|&(given, _, applies)| given && !applies)
@@ -510,7 +511,7 @@ fn refuse_other_models_flags(r: &RawTrain, model: Model) -> Result<()> {
                 unused.join(", "),
                 if unused.len() == 1 { "does" } else { "do" },
                 format!("{model:?}").to_lowercase(),
-                "--walks-per-node, --walk-length, --window and --kernel are the walk models' (deepwalk, node2vec), --order and --line-samples LINE's, --hidden, --fanout, --dropout, --weight-decay, --feature-norm, --aggregator, --input and --objective GraphSAGE's",
+                "--walks-per-node, --walk-length, --window and --kernel are the walk models' (deepwalk, node2vec), --order and --line-samples LINE's, --hidden, --fanout, --dropout, --weight-decay, --feature-norm, --aggregator, --input, --objective and --compute-dtype GraphSAGE's",
                 if unused.len() == 1 { "it" } else { "them" }
             )));
     }

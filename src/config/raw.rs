@@ -246,6 +246,11 @@ pub struct RawTrain {
     /// drawn by degree^0.75; the output rows are embeddings for `eval nodeclf|linkpred`)
     #[arg(long, value_enum)]
     pub objective: Option<crate::config::SageObjective>,
+    /// GraphSAGE: the training steps' dense products in f32 (default) or with bf16 operands and
+    /// f32 sums (bf16: AVX-512 BF16's two multiply-adds per lane, about twice the rate; the
+    /// weights, their gradients, Adam and evaluation stay f32)
+    #[arg(long, value_enum)]
+    pub compute_dtype: Option<crate::config::ComputeDtype>,
     /// Test hook: make one rank fail, `rank=R,step=S,kind=panic|exit|hang|kill`.
     #[arg(long, hide = true)]
     #[serde(skip)]
@@ -436,6 +441,7 @@ impl RawTrain {
             aggregator: None,
             input: None,
             objective: None,
+            compute_dtype: None,
             inject_fault: None,
         })
     }
@@ -509,6 +515,7 @@ impl RawTrain {
             aggregator,
             input,
             objective,
+            compute_dtype,
             inject_fault
         )
     }

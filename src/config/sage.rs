@@ -21,6 +21,19 @@ pub struct SageSettings {
     pub learned_dim: usize,
     /// Labels or none (`--objective`).
     pub objective: SageObjective,
+    /// The training steps' dense products (`--compute-dtype`).
+    pub compute_dtype: ComputeDtype,
+}
+
+/// The number type of GraphSAGE's dense products in training steps (`--compute-dtype`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ComputeDtype {
+    /// f32 operands and sums.
+    F32,
+    /// bf16 operands (rounded to nearest even), f32 sums, where a product's output width is a
+    /// multiple of 16; needs AVX-512 BF16.
+    Bf16,
 }
 
 /// What GraphSAGE learns from (`--objective`).
@@ -66,6 +79,11 @@ pub enum FeatureNorm {
 }
 
 impl SageSettings {
+    /// Whether training's dense products take bf16 operands (`--compute-dtype bf16`).
+    pub fn bf16(&self) -> bool {
+        self.compute_dtype == ComputeDtype::Bf16
+    }
+
     /// The settings of `--model sage` from the flags given.
     pub(super) fn from_raw(r: &RawTrain) -> Result<SageSettings> {
         let fanout = match &r.fanout {
@@ -91,6 +109,7 @@ impl SageSettings {
             input: r.input.unwrap_or(SageInput::Features),
             learned_dim: r.dim.unwrap_or(128),
             objective: r.objective.unwrap_or(SageObjective::Supervised),
+            compute_dtype: r.compute_dtype.unwrap_or(ComputeDtype::F32),
         };
         let mut errs = Vec::new();
         if r.dim.is_some() && !s.input.learned() {
@@ -107,6 +126,9 @@ impl SageSettings {
         }
         if !(s.weight_decay.is_finite() && s.weight_decay >= 0.0) {
             errs.push("--weight-decay must be >= 0");
+        }
+        if s.compute_dtype == ComputeDtype::Bf16 && !crate::model::bf16::available() {
+            errs.push("--compute-dtype bf16 needs AVX-512 BF16 (Intel Cooper Lake or Sapphire Rapids and later, AMD Zen 4 and later), which this CPU lacks; use --compute-dtype f32");
         }
         if errs.is_empty() {
             Ok(s)

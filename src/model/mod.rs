@@ -10,6 +10,7 @@
 //! A new model is one file here (its `Model` and `Plan`), plus its sampler under
 //! `crate::sample` when it needs new work (see [`Work`]).
 
+pub mod bf16;
 pub mod cells;
 pub mod dense;
 mod kernels;

@@ -15,7 +15,7 @@ use rand::RngExt;
 pub use crate::sample::neighbors::Block;
 use crate::sample::Rng;
 
-use super::dense;
+use super::{bf16, dense};
 
 /// A mini-batch: its blocks, the outermost block's input rows and the seeds' labels.
 pub struct Batch<'a> {
@@ -116,13 +116,18 @@ pub struct Work {
     /// means run on it; without one, in order on the calling thread. Either way the same
     /// arithmetic: the blocks do not depend on the number of threads.
     pub pool: Option<std::sync::Arc<rayon::ThreadPool>>,
+    /// Training steps' dense products with bf16 operands and f32 sums where their output width
+    /// allows ([`bf16::fits`]; `--compute-dtype bf16`). Evaluation stays f32.
+    pub bf16: bool,
 }
 
 impl Work {
-    /// Empty buffers whose products and means run on `pool`.
-    pub fn on(pool: std::sync::Arc<rayon::ThreadPool>) -> Work {
+    /// Empty buffers whose products and means run on `pool`, training's products in bf16 if
+    /// `bf16` ([`Work::bf16`]).
+    pub fn on(pool: std::sync::Arc<rayon::ThreadPool>, bf16: bool) -> Work {
         Work {
             pool: Some(pool),
+            bf16,
             ..Work::default()
         }
     }
@@ -226,7 +231,13 @@ impl Sage {
     /// width, left in `w.saved[last].out`) from the outermost block's input rows `x`
     /// (`blocks[0].num_src` x `dims[0]`). `dropout` (a probability) applies with `rng`;
     /// `None` evaluates.
-    fn forward(&self, w: &mut Work, blocks: &[Block], x: Input, dropout: Option<(f32, &mut Rng)>) {
+    fn forward(
+        &self,
+        w: &mut Work,
+        (blocks, x): (&[Block], Input),
+        dropout: Option<(f32, &mut Rng)>,
+        bf: bool,
+    ) {
         assert_eq!(blocks.len(), self.layers(), "one block per layer");
         w.saved.resize_with(blocks.len(), Saved::default);
         let mut dropout = dropout;
@@ -237,7 +248,7 @@ impl Sage {
             } else {
                 Input::Rows(&done[l - 1].out)
             };
-            self.layer(l, b, h, &mut rest[0], &mut dropout);
+            self.layer(l, b, h, &mut rest[0], (&mut dropout, bf));
         }
     }
 
@@ -249,7 +260,7 @@ impl Sage {
         b: &Block,
         h: Input,
         s: &mut Saved,
-        dropout: &mut Option<(f32, &mut Rng)>,
+        (dropout, bf): (&mut Option<(f32, &mut Rng)>, bool),
     ) {
         let (din, dout) = (self.dims[l], self.dims[l + 1]);
         let (at, _) = self.span(l);
@@ -302,8 +313,8 @@ impl Sage {
         match self.aggregator {
             Aggregator::Mean | Aggregator::Pool => {
                 let (ws, wn) = (&p[..din * dout], &p[din * dout..2 * din * dout]);
-                matmul(h, ws, z, b.num_dst, din, dout, 1.0);
-                matmul(given.unwrap_or(&s.mean), wn, z, b.num_dst, din, dout, 1.0);
+                matmul(h, ws, z, (b.num_dst, din, dout), bf);
+                matmul(given.unwrap_or(&s.mean), wn, z, (b.num_dst, din, dout), bf);
             }
             Aggregator::Gcn => {
                 // The node among its neighbours: (h_self + deg * mean) / (deg + 1).
@@ -315,7 +326,7 @@ impl Sage {
                         .zip(own)
                         .for_each(|(a, x)| *a = (*a * deg + x) * inv);
                 }
-                matmul(&s.mean, &p[..din * dout], z, b.num_dst, din, dout, 1.0);
+                matmul(&s.mean, &p[..din * dout], z, (b.num_dst, din, dout), bf);
             }
         }
         s.gate.clear();
@@ -334,7 +345,9 @@ impl Sage {
     pub fn layer_in<'w>(&self, w: &'w mut Work, l: usize, block: &Block, h: Input) -> &'w [f32] {
         w.saved.resize_with(1, Saved::default);
         let saved = &mut w.saved[0];
-        on(w.pool.clone(), || self.layer(l, block, h, saved, &mut None));
+        on(w.pool.clone(), || {
+            self.layer(l, block, h, saved, (&mut None, false))
+        });
         &w.saved[0].out
     }
 
@@ -345,7 +358,7 @@ impl Sage {
 
     /// As [`Sage::predict`], in `w`'s buffers: the scores stay in `w` until its next use.
     pub fn predict_in<'w>(&self, w: &'w mut Work, blocks: &[Block], x: &[f32]) -> &'w [f32] {
-        self.forward(w, blocks, Input::Rows(x), None);
+        self.forward(w, (blocks, Input::Rows(x)), None, false);
         &w.saved.last().expect("layers").out
     }
 
@@ -390,7 +403,8 @@ impl Sage {
     ) -> (f64, usize) {
         assert_eq!(grads.len(), self.params.len());
         let (blocks, x, labels) = (batch.blocks, batch.x, batch.labels);
-        self.forward(w, blocks, x, (dropout > 0.0).then_some((dropout, rng)));
+        let (bf, drop) = (w.bf16, (dropout > 0.0).then_some((dropout, rng)));
+        self.forward(w, (blocks, x), drop, bf);
         let classes = *self.dims.last().expect("dims");
         let scores = &w.saved.last().expect("layers").out;
         let (loss, correct) = loss_and_gradient(scores, labels, classes, &mut w.dz);
@@ -428,7 +442,11 @@ impl Sage {
             if gcn {
                 // dW += M^T dZ, db += sum dZ; dM = dZ W^T.
                 let (gw, gb) = g.split_at_mut(din * dout);
-                matmul_tn((&s.mean, dz, gw), (b.num_dst, din, dout), &mut w.parts);
+                matmul_tn(
+                    (&s.mean, dz, gw),
+                    (b.num_dst, din, dout),
+                    (&mut w.parts, bf),
+                );
                 add_rows(gb, dz, dout);
                 if l == 0 && gx.is_none() {
                     break;
@@ -439,8 +457,8 @@ impl Sage {
                 let (gws, rest) = g.split_at_mut(din * dout);
                 let (gwn, gb) = rest.split_at_mut(din * dout);
                 let own = &input[..b.num_dst * din];
-                matmul_tn((own, dz, gws), (b.num_dst, din, dout), &mut w.parts);
-                matmul_tn((mean, dz, gwn), (b.num_dst, din, dout), &mut w.parts);
+                matmul_tn((own, dz, gws), (b.num_dst, din, dout), (&mut w.parts, bf));
+                matmul_tn((mean, dz, gwn), (b.num_dst, din, dout), (&mut w.parts, bf));
                 let (gb, gpool) = gb.split_at_mut(dout);
                 add_rows(gb, dz, dout);
                 let (ws, wn) = (&p[..din * dout], &p[din * dout..2 * din * dout]);
@@ -505,7 +523,7 @@ fn pool_max(b: &Block, h: &[f32], d: usize, (wp, bp): (&[f32], &[f32]), s: &mut 
     for _ in 0..b.num_src {
         s.pool.extend_from_slice(bp);
     }
-    matmul(h, wp, &mut s.pool, b.num_src, d, d, 1.0);
+    matmul(h, wp, &mut s.pool, (b.num_src, d, d), false);
     s.pool.iter_mut().for_each(|x| *x = x.max(0.0));
     zeroed(&mut s.mean, b.num_dst * d);
     s.arg.clear();
@@ -547,7 +565,11 @@ fn pool_backward(
         .zip(&s.pool)
         .for_each(|(g, &x)| *g *= f32::from(u8::from(x > 0.0)));
     let (gw, gb) = gpool.split_at_mut(d * d);
-    matmul_tn((&h[..b.num_src * d], dp, gw), (b.num_src, d, d), parts);
+    matmul_tn(
+        (&h[..b.num_src * d], dp, gw),
+        (b.num_src, d, d),
+        (parts, false),
+    );
     add_rows(gb, dp, d);
     if let Some(dh) = dh {
         matmul_nt(dp, wp, dh, b.num_src, d, d);
@@ -663,25 +685,44 @@ fn add_rows(acc: &mut [f32], rows: &[f32], width: usize) {
     }
 }
 
-/// `c (m x n) = beta c + a (m x k) b (k x n)`, a task per [`TASK_ROWS`] rows.
-fn matmul(a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize, beta: f32) {
+thread_local! {
+    /// A thread's packed bf16 operands (no allocation per product once grown).
+    static PACKED: std::cell::RefCell<bf16::Packed> = std::cell::RefCell::default();
+}
+
+/// `c (m x n) += a (m x k) b (k x n)`, a task per [`TASK_ROWS`] rows; with `bf` and an `n`
+/// that [fits](bf16::fits), bf16 operands and f32 sums.
+fn matmul(a: &[f32], b: &[f32], c: &mut [f32], (m, k, n): (usize, usize, usize), bf: bool) {
     debug_assert_eq!((a.len(), c.len()), (m * k, m * n));
+    let bf = bf && bf16::fits(n);
     rows_by_task(a, k, c, n, |a, c, rows| {
-        dense::mul(c, a, b, (rows, k, n), beta);
+        if bf {
+            PACKED.with_borrow_mut(|p| bf16::mul(c, a, b, (rows, k, n), p));
+        } else {
+            dense::mul(c, a, b, (rows, k, n), 1.0);
+        }
     });
 }
 
 /// `c (k x n) += a^T b`, `a` (m x k), `b` (m x n): per [`TASK_ROWS`] rows of `a` and `b` a partial
-/// sum (into `parts`), added in order.
+/// sum (into `parts`), added in order; with `bf` and an `n` that [fits](bf16::fits), bf16
+/// operands and f32 sums.
 fn matmul_tn(
     (a, b, c): (&[f32], &[f32], &mut [f32]),
     (m, k, n): (usize, usize, usize),
-    parts: &mut Vec<Vec<f32>>,
+    (parts, bf): (&mut Vec<Vec<f32>>, bool),
 ) {
+    let bf = bf && bf16::fits(n);
     let one = |(i, p): (usize, &mut Vec<f32>)| {
         let (r0, r1) = (i * TASK_ROWS, ((i + 1) * TASK_ROWS).min(m));
-        p.resize(k * n, 0.0);
-        dense::mul_tn(p, &a[r0 * k..r1 * k], &b[r0 * n..r1 * n], (r1 - r0, k, n));
+        let (a, b) = (&a[r0 * k..r1 * k], &b[r0 * n..r1 * n]);
+        if bf {
+            zeroed(p, k * n);
+            PACKED.with_borrow_mut(|q| bf16::mul_tn(p, a, b, (r1 - r0, k, n), q));
+        } else {
+            p.resize(k * n, 0.0);
+            dense::mul_tn(p, a, b, (r1 - r0, k, n));
+        }
     };
     let tasks = m.div_ceil(TASK_ROWS);
     parts.resize_with(parts.len().max(tasks), Vec::new);
@@ -1018,6 +1059,50 @@ mod tests {
                 assert_eq!((gate[i], z[i]), (g, x[i] * g), "n {n}, value {i}");
             }
         }
+    }
+
+    /// A step with bf16 products (`--compute-dtype bf16`) follows the f32 step: the same loss
+    /// and weights' gradient within bf16's rounding (8 bits), and not the same bits (the path
+    /// ran). The first layer's width (32) takes it; the classes (3) stay f32.
+    #[test]
+    fn a_bf16_step_follows_the_f32_step() {
+        if !bf16::available() {
+            eprintln!("no AVX-512 BF16 here: the bf16 step is not run");
+            return;
+        }
+        let mut r = rng(3);
+        let sage = Sage::new(&[32, 32, 3], &mut r);
+        let x: Vec<f32> = (0..7 * 32).map(|_| r.random_range(-1.0..1.0)).collect();
+        let b = blocks();
+        let batch = Batch {
+            blocks: &b,
+            x: Input::Rows(&x),
+            labels: Targets::Single(&[2, 0]),
+        };
+        let run = |bf: bool| {
+            let mut w = Work {
+                bf16: bf,
+                ..Work::default()
+            };
+            let mut g = vec![0f32; sage.params.len()];
+            let (loss, _) = sage.train_step_in(&mut w, &batch, 0.0, &mut rng(0), &mut g, None);
+            (loss, g)
+        };
+        let ((l32, g32), (l16, g16)) = (run(false), run(true));
+        assert!(
+            (l32 - l16).abs() < 1e-2 * l32.abs(),
+            "loss {l32} against {l16}"
+        );
+        let scale = g32.iter().fold(0f32, |m, g| m.max(g.abs()));
+        let off = g32
+            .iter()
+            .zip(&g16)
+            .fold(0f32, |m, (a, c)| m.max((a - c).abs()));
+        assert!(
+            off < 0.02 * scale,
+            "gradients differ by {off} (largest {scale})"
+        );
+        assert!(off > 0.0, "the bf16 products did not run");
     }
 
     #[test]

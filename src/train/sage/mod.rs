@@ -693,13 +693,12 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
     // Features first: without them nothing else matters (the error names the flag).
     let (mut src, normalized) = source(comm, &Placement::of(cfg), s.feature_norm)?;
     let unsup = s.objective == SageObjective::Unsupervised;
-    let l = agree(
-        comm,
-        match unsup {
-            true => Labelled::unlabelled(&cfg.graph),
-            false => Labelled::load(&cfg.graph),
-        },
-    )?;
+    let labels = if unsup {
+        Labelled::unlabelled
+    } else {
+        Labelled::load
+    };
+    let l = agree(comm, labels(&cfg.graph))?;
     let load = t.secs();
     let train = l.nodes(TRAIN);
     if train.is_empty() {
@@ -708,15 +707,11 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
             "no node is in the training split",
         ));
     }
-    let settled;
-    let cfg = if cfg.batch_size_is_default {
-        let mut c = cfg.clone();
-        c.batch_size = crate::config::sage_batch(train.len());
-        settled = c;
-        &settled
-    } else {
-        cfg
-    };
+    let mut settled = cfg.clone();
+    if cfg.batch_size_is_default {
+        settled.batch_size = crate::config::sage_batch(train.len());
+    }
+    let cfg = &settled;
     let cols = src.cols();
     let learned = s.input.learned().then(|| {
         let at = (cfg.seed, cfg.lr);
@@ -775,7 +770,10 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         learned,
         cols,
         b: Bufs {
-            work: Work::on(std::sync::Arc::new(super::compute_pool(cfg, comm.rank())?)),
+            work: Work::on(
+                std::sync::Arc::new(super::compute_pool(cfg, comm.rank())?),
+                s.bf16(),
+            ),
             ..Bufs::default()
         },
         m,
