@@ -362,6 +362,8 @@ fi
 # "Huge pages"). SAGE_SHM_PAGES=huge (root) remounts /dev/shm with huge=advise for the run and
 # restores its options at the end (results in sage_vs_dgl_huge.json); every result records the
 # mount options it ran under and whether graphscale's rows were on 4 KiB pages.
+# SAGE_COMPUTE=bf16 runs both sides' dense products with bf16 operands: graphscale with
+# --compute-dtype bf16, DGL's forward under torch.autocast(bfloat16) (results tagged _bf16).
 if [[ "$what" == sage ]]; then
   S="$WORK/sage"; mkdir -p "$S"
   VENV="${SAGE_VENV:-$WORK/dglenv}"
@@ -377,6 +379,8 @@ if [[ "$what" == sage ]]; then
   sc="${SAGE_SCALE:-20}"
   tag=""
   [[ "$sdt" == f32 ]] || { sc="$sc$sdt"; tag="_$sdt"; }
+  gs_bf=(); dgl_bf=()
+  if [[ "${SAGE_COMPUTE:-f32}" == bf16 ]]; then gs_bf=(--compute-dtype bf16); dgl_bf=(--bf16); tag="${tag}_bf16"; fi
   [[ -f "$S/csbm$sc.h5" ]] || "$BIN" generate sbm --nodes $((1 << ${SAGE_SCALE:-20})) --blocks 8 --features 128 \
     --signal 0.5 --mix 0.3 --dtype "$sdt" -o "$S/csbm$sc.h5" > /dev/null
   if [[ "${SAGE_SHM_PAGES:-}" == huge ]]; then
@@ -394,10 +398,10 @@ if [[ "$what" == sage ]]; then
       if [[ $g == cora ]]; then ep=100; else ep="${SAGE_EPOCHS:-2}"; fi
       gs() {
         timeout 7200 mpirun --oversubscribe -n 2 "$BIN" --graph "$S/$g.h5" --model sage --epochs "$ep" --threads 1 \
-          --seed "$r" --metrics "$S/gs_${g}_$r.jsonl" 2> "$S/gs_${g}_$r.log"
+          --seed "$r" "${gs_bf[@]}" --metrics "$S/gs_${g}_$r.jsonl" 2> "$S/gs_${g}_$r.log"
       }
       dgl() {
-        timeout 7200 "$VENV/bin/python" bench/sage_dgl.py --graph "$S/$g.h5" --epochs "$ep" --threads 2 --seed "$r" \
+        timeout 7200 "$VENV/bin/python" bench/sage_dgl.py --graph "$S/$g.h5" --epochs "$ep" --threads 2 --seed "$r" "${dgl_bf[@]}" \
           2> "$S/dgl_${g}_$r.log" | tail -1 > "$S/dgl_${g}_$r.json"
       }
       echo "== round $r, $g"
@@ -409,7 +413,7 @@ if [[ "$what" == sage ]]; then
 import json, os, re, statistics, sys
 s, out, rounds, sc = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 opts = os.path.join(s, "dev_shm_options")
-res = {"rounds": rounds, "dev_shm_options": open(opts).read().strip() if os.path.exists(opts) else None,
+res = {"rounds": rounds, "compute_dtype": os.environ.get("SAGE_COMPUTE", "f32"), "dev_shm_options": open(opts).read().strip() if os.path.exists(opts) else None,
        "graphs": {}}
 for g in ["cora", "csbm" + sc]:
     gs, dgl = [], []

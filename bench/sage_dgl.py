@@ -87,6 +87,8 @@ def main():
     ap.add_argument("--dropout", type=float, default=0.5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--bf16", action="store_true",
+                    help="the steps' forward under torch.autocast(bfloat16) (graphscale's --compute-dtype bf16)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -109,8 +111,9 @@ def main():
     for _ in range(a.epochs):
         t = time.perf_counter()
         for _, seeds, blocks in loader:
-            out = model(blocks, x[blocks[0].srcdata[dgl.NID]])
-            loss = F.cross_entropy(out, y[seeds])
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+                out = model(blocks, x[blocks[0].srcdata[dgl.NID]])
+                loss = F.cross_entropy(out.float(), y[seeds])
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -127,6 +130,7 @@ def main():
                 "dgl": dgl.__version__,
                 "torch": torch.__version__,
                 "threads": a.threads,
+                "autocast_bf16": a.bf16,
                 "graph": a.graph,
                 "epochs": a.epochs,
                 "batch_size": batch,
