@@ -256,6 +256,18 @@ impl<'a> Nbrs<'a> {
         }
     }
 
+    /// Hint the CPU to fetch the neighbours' first `max_bytes` (a list shorter than that whole).
+    #[inline]
+    pub fn prefetch(&self, max_bytes: usize) {
+        let width = match self {
+            Nbrs::Narrow(_) => 4,
+            Nbrs::Wide(_) => 8,
+        };
+        if !self.is_empty() {
+            crate::store::prefetch_range(self.addr(0), (self.len() * width).min(max_bytes));
+        }
+    }
+
     pub fn iter(self) -> impl ExactSizeIterator<Item = NodeId> + 'a {
         (0..self.len()).map(move |i| self.get(i))
     }

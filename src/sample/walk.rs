@@ -654,7 +654,7 @@ fn prefetch_addr(p: *const u8) {
 
 /// Prefetch where `owner`'s node `local` keeps its neighbour range.
 #[inline]
-fn prefetch_adjacency(
+pub(crate) fn prefetch_adjacency(
     g: &LocalGraph,
     node: Option<&NodeGraph>,
     me: usize,

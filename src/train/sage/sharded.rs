@@ -185,6 +185,34 @@ impl<'a> Sharded<'a> {
         pick(&mut self.adj, fanout, rng, out);
     }
 
+    /// Before sampling node `i` of `nodes` ([`Sharded::hop`]): nodes are scattered over memory,
+    /// so a node's neighbour range is asked for `2 AHEAD` nodes before its sampling and its
+    /// neighbours `AHEAD` before (on this node; another node's are sampled by their owner).
+    fn ask_ahead(&self, nodes: &[u64], i: usize) {
+        const AHEAD: usize = 8;
+        if let Some(&w) = nodes.get(i + 2 * AHEAD) {
+            self.hint(w, false);
+        }
+        if let Some(&w) = nodes.get(i + AHEAD) {
+            self.hint(w, true);
+        }
+    }
+
+    /// Hint the CPU to fetch node `v`'s neighbour range (its neighbours, with `nbrs`: the
+    /// range itself was asked for earlier).
+    fn hint(&self, v: u64, nbrs: bool) {
+        let (me, o) = (self.comm.rank(), self.g.part.owner(v));
+        let local = self.g.part.local_index(v);
+        let node = self.adjacency.as_ref();
+        if !nbrs {
+            crate::sample::walk::prefetch_adjacency(&self.g, node, me, o, local);
+        } else if o == me {
+            self.g.neighbors(local).prefetch(256);
+        } else if let Some((nb, _)) = node.and_then(|a| a.adjacency(o, local)) {
+            nb.prefetch(256);
+        }
+    }
+
     /// As [`Sharded::sample_own`] for a node of rank `owner` on this node (its adjacency
     /// mapped here); false, sampling nothing, when `owner` is on another node.
     fn sample_on_node(
@@ -596,7 +624,8 @@ impl Source for Sharded<'_> {
         let (me, ranks) = (self.comm.rank(), self.comm.size());
         if self.alone {
             // Every node's adjacency is here: this rank's own or its node's.
-            for &v in dst {
+            for (i, &v) in dst.iter().enumerate() {
+                self.ask_ahead(dst, i);
                 let (o, before) = (self.g.part.owner(v), picked.len());
                 if o == me || !self.sample_on_node((o, v), fanout, rng, picked) {
                     self.sample_own(v, fanout, rng, picked);
@@ -622,7 +651,8 @@ impl Source for Sharded<'_> {
             let ids = decode_u64(bytes);
             let mut n = Vec::with_capacity(ids.len());
             got.clear();
-            for &v in &ids {
+            for (i, &v) in ids.iter().enumerate() {
+                self.ask_ahead(&ids, i);
                 let before = got.len();
                 self.sample_own(v, fanout, rng, &mut got);
                 n.push((got.len() - before) as u64);
@@ -638,7 +668,8 @@ impl Source for Sharded<'_> {
             .collect();
         // Per owner: the next answer's index, and where its neighbours start.
         let mut next: Vec<(usize, usize)> = ask.iter().map(|a| (0, a.len())).collect();
-        for &v in dst {
+        for (i, &v) in dst.iter().enumerate() {
+            self.ask_ahead(dst, i);
             let o = self.g.part.owner(v);
             let before = picked.len();
             if o == me {
