@@ -109,7 +109,7 @@ fn bf16_gemm(m: usize, k: usize, n: usize, tn: bool) -> Option<f64> {
     let mut c = vec![0f32; m * n];
     let mut p = bf16::Packed::default();
     let secs = if tn {
-        median_secs(|| bf16::mul_tn(&mut c, &a, &b, (k, m, n), &mut p))
+        median_secs(|| bf16::mul_tn(&mut c, (&a, &b, 0.0), (k, m, n), &mut p))
     } else {
         median_secs(|| bf16::mul(&mut c, &a, &b, (m, k, n), &mut p))
     };

@@ -45,12 +45,8 @@ pub fn mul(c: &mut [f32], a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)
     assert!(fits(n) && available(), "bf16::mul: n {n} or the CPU");
     let pairs = k.div_ceil(2);
     // The left operand: each row's values in pairs along k.
-    p.lhs.clear();
-    p.lhs.resize(m * pairs, 0);
-    for (row, out) in a[..m * k]
-        .chunks_exact(k)
-        .zip(p.lhs.chunks_exact_mut(pairs))
-    {
+    let lhs = words(&mut p.lhs, m * pairs);
+    for (row, out) in a[..m * k].chunks_exact(k).zip(lhs.chunks_exact_mut(pairs)) {
         pack_row(row, out);
     }
     pairs_of_rows(&b[..k * n], k, n, &mut p.rhs);
@@ -63,20 +59,21 @@ pub fn mul(c: &mut [f32], a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)
             (p.lhs.as_ptr(), pairs as isize, 1),
             &p.rhs,
             (m, n, pairs),
+            true,
         );
     }
 }
 
-/// `c (k x n) += a^T b`, `a` (m x k), `b` (m x n): the sum over the m rows, of bf16 roundings of
-/// `a` and `b`, in f32. `n` must [`fit`](fits) and the CPU must have the instructions
-/// ([`available`]).
+/// `c (k x n) = beta c + a^T b` (`beta` 0 or 1; 0 ignores what `c` held), `a` (m x k), `b`
+/// (m x n): the sum over the m rows, of bf16 roundings of `a` and `b`, in f32. `n` must
+/// [`fit`](fits) and the CPU must have the instructions ([`available`]).
 pub fn mul_tn(
     c: &mut [f32],
-    a: &[f32],
-    b: &[f32],
+    (a, b, beta): (&[f32], &[f32], f32),
     (m, k, n): (usize, usize, usize),
     p: &mut Packed,
 ) {
+    assert!(beta == 0.0 || beta == 1.0, "bf16::mul_tn: beta {beta}");
     assert!(
         a.len() >= m * k && b.len() >= m * n && c.len() >= k * n,
         "bf16::mul_tn: shapes"
@@ -94,6 +91,7 @@ pub fn mul_tn(
             (p.lhs.as_ptr(), 1, k as isize),
             &p.rhs,
             (k, n, pairs),
+            beta == 1.0,
         );
     }
 }
@@ -123,13 +121,19 @@ fn pack_row(row: &[f32], out: &mut [u32]) {
     }
 }
 
+/// The first `n` words of `v`, grown (never shrunk) to hold them: packing overwrites every one.
+fn words(v: &mut Vec<u32>, n: usize) -> &mut [u32] {
+    if v.len() < n {
+        v.resize(n, 0);
+    }
+    &mut v[..n]
+}
+
 /// `x` (`rows` x `cols`) as pairs of rows: `out[q * cols + j]` holds `x[2q][j]` (low half) and
 /// `x[2q + 1][j]` (high half; 0 past the last row).
 fn pairs_of_rows(x: &[f32], rows: usize, cols: usize, out: &mut Vec<u32>) {
     let pairs = rows.div_ceil(2);
-    out.clear();
-    out.resize(pairs * cols, 0);
-    for (q, dst) in out.chunks_exact_mut(cols).enumerate() {
+    for (q, dst) in words(out, pairs * cols).chunks_exact_mut(cols).enumerate() {
         let lo = &x[2 * q * cols..(2 * q + 1) * cols];
         let hi = (2 * q + 1 < rows).then(|| &x[(2 * q + 1) * cols..(2 * q + 2) * cols]);
         #[cfg(target_arch = "x86_64")]
@@ -146,8 +150,8 @@ fn pairs_of_rows(x: &[f32], rows: usize, cols: usize, out: &mut Vec<u32>) {
     }
 }
 
-/// `c (m x n) += l r` over `pairs` pairs of the inner index: `l`'s word for (row i, pair q) at
-/// `l + i * row_stride + q * pair_stride`, `r` as `pairs` rows of n words.
+/// `c (m x n) += l r` (`c = l r` unless `add`) over `pairs` pairs of the inner index: `l`'s word
+/// for (row i, pair q) at `l + i * row_stride + q * pair_stride`, `r` as `pairs` rows of n words.
 ///
 /// # Safety
 /// The CPU has AVX-512 F and BF16; n is a multiple of 16; `c` holds m x n values and the strides
@@ -157,16 +161,17 @@ unsafe fn product(
     l: (*const u32, isize, isize),
     r: &[u32],
     (m, n, pairs): (usize, usize, usize),
+    add: bool,
 ) {
     debug_assert!(r.len() >= pairs * n);
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's contract is the kernel's.
     unsafe {
-        x86::product(c, l, r.as_ptr(), (m, n, pairs));
+        x86::product(c, l, r.as_ptr(), (m, n, pairs), add);
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (c, l, r, m, n, pairs);
+        let _ = (c, l, r, m, n, pairs, add);
         unreachable!("bf16 products need x86-64 (`available` is false elsewhere)");
     }
 }
@@ -244,6 +249,7 @@ mod x86 {
         l: (*const u32, isize, isize),
         r: *const u32,
         (m, n, pairs): (usize, usize, usize),
+        add: bool,
     ) {
         let mut j = 0;
         while j < n {
@@ -256,13 +262,13 @@ mod x86 {
                 // 16).
                 unsafe {
                     let ct = c.add(i * n + j);
-                    let lt = l.0.offset(i as isize * l.1);
-                    let rt = r.add(j);
+                    let lt = (l.0.offset(i as isize * l.1), l.1, l.2);
+                    let (rt, s) = (r.add(j), (n, pairs, add));
                     match (rows, wide) {
-                        (MR, true) => tile::<MR, 2>(ct, (lt, l.1, l.2), rt, (n, pairs)),
-                        (MR, false) => tile::<MR, 1>(ct, (lt, l.1, l.2), rt, (n, pairs)),
-                        (_, true) => tile_rows::<2>(rows, ct, (lt, l.1, l.2), rt, (n, pairs)),
-                        (_, false) => tile_rows::<1>(rows, ct, (lt, l.1, l.2), rt, (n, pairs)),
+                        (MR, true) => tile::<MR, 2>(ct, lt, rt, s),
+                        (MR, false) => tile::<MR, 1>(ct, lt, rt, s),
+                        (_, true) => tile_rows::<2>(rows, ct, lt, rt, s),
+                        (_, false) => tile_rows::<1>(rows, ct, lt, rt, s),
                     }
                 }
                 i += rows;
@@ -281,23 +287,20 @@ mod x86 {
         c: *mut f32,
         l: (*const u32, isize, isize),
         r: *const u32,
-        (n, pairs): (usize, usize),
+        s: (usize, usize, bool),
     ) {
+        let n = s.0;
         for i in 0..rows {
             // SAFETY: row i of the tile is within the caller's rows.
             unsafe {
-                tile::<1, V>(
-                    c.add(i * n),
-                    (l.0.offset(i as isize * l.1), l.1, l.2),
-                    r,
-                    (n, pairs),
-                );
+                tile::<1, V>(c.add(i * n), (l.0.offset(i as isize * l.1), l.1, l.2), r, s);
             }
         }
     }
 
-    /// One register tile: `R` rows x `V` vectors of 16 columns of `c` (row stride n) plus the
-    /// sum over `pairs` of `l`'s word (row, pair) times `r`'s words (pair, columns).
+    /// One register tile: `R` rows x `V` vectors of 16 columns of `c` (row stride n) set to the
+    /// sum over `pairs` of `l`'s word (row, pair) times `r`'s words (pair, columns), plus what
+    /// it held if `add`.
     ///
     /// # Safety
     /// The CPU has AVX-512 F and BF16; the tile's `R` rows and `16 V` columns of `c` (row stride
@@ -309,12 +312,12 @@ mod x86 {
         c: *mut f32,
         (l, ls, lp): (*const u32, isize, isize),
         r: *const u32,
-        (n, pairs): (usize, usize),
+        (n, pairs, add): (usize, usize, bool),
     ) {
         let mut acc = [[_mm512_setzero_ps(); V]; R];
         // SAFETY: every address is within the tile the caller vouches for.
         unsafe {
-            for (i, row) in acc.iter_mut().enumerate() {
+            for (i, row) in acc.iter_mut().enumerate().filter(|_| add) {
                 for (v, a) in row.iter_mut().enumerate() {
                     *a = _mm512_loadu_ps(c.add(i * n + 16 * v));
                 }
@@ -435,9 +438,14 @@ mod tests {
             // a^T b with a (m x k) stored as given: the sum over m.
             let at: Vec<f32> = (0..k * m).map(|x| a[(x % m) * k + x / m]).collect();
             let d = values(m * n, 4);
-            let mut g = vec![0f32; k * n];
-            mul_tn(&mut g, &a, &d, (m, k, n), &mut p);
-            close(&g, &reference(&at, &d, (k, m, n)), m);
+            // beta 0 ignores what the output held; beta 1 adds to it.
+            let mut g = vec![f32::NAN; k * n];
+            mul_tn(&mut g, (&a, &d, 0.0), (m, k, n), &mut p);
+            let want = reference(&at, &d, (k, m, n));
+            close(&g, &want, m);
+            mul_tn(&mut g, (&a, &d, 1.0), (m, k, n), &mut p);
+            let twice: Vec<f32> = want.iter().map(|w| 2.0 * w).collect();
+            close(&g, &twice, 2 * m);
         }
     }
 }

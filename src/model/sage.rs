@@ -716,11 +716,10 @@ fn matmul_tn(
     let one = |(i, p): (usize, &mut Vec<f32>)| {
         let (r0, r1) = (i * TASK_ROWS, ((i + 1) * TASK_ROWS).min(m));
         let (a, b) = (&a[r0 * k..r1 * k], &b[r0 * n..r1 * n]);
+        p.resize(k * n, 0.0);
         if bf {
-            zeroed(p, k * n);
-            PACKED.with_borrow_mut(|q| bf16::mul_tn(p, a, b, (r1 - r0, k, n), q));
+            PACKED.with_borrow_mut(|q| bf16::mul_tn(p, (a, b, 0.0), (r1 - r0, k, n), q));
         } else {
-            p.resize(k * n, 0.0);
             dense::mul_tn(p, a, b, (r1 - r0, k, n));
         }
     };
