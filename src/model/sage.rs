@@ -1060,17 +1060,24 @@ mod tests {
         }
     }
 
-    /// A step with bf16 products (`--compute-dtype bf16`) follows the f32 step: the same loss
-    /// and weights' gradient within bf16's rounding (8 bits), and not the same bits (the path
-    /// ran). The first layer's width (32) takes it; the classes (3) stay f32.
+    /// A step with bf16 products (`--compute-dtype bf16`) follows the f32 step, for every
+    /// aggregator: the same loss and weights' gradient within bf16's rounding (8 bits), and not
+    /// the same bits (the path ran). The first layer's width (32) takes it; the classes (3) stay
+    /// f32.
     #[test]
     fn a_bf16_step_follows_the_f32_step() {
         if !bf16::available() {
             eprintln!("no AVX-512 BF16 here: the bf16 step is not run");
             return;
         }
+        for aggregator in [Aggregator::Mean, Aggregator::Gcn, Aggregator::Pool] {
+            bf16_step_follows_for(aggregator);
+        }
+    }
+
+    fn bf16_step_follows_for(aggregator: Aggregator) {
         let mut r = rng(3);
-        let sage = Sage::new(&[32, 32, 3], &mut r);
+        let sage = Sage::with_aggregator(&[32, 32, 3], aggregator, &mut r);
         let x: Vec<f32> = (0..7 * 32).map(|_| r.random_range(-1.0..1.0)).collect();
         let b = blocks();
         let batch = Batch {
@@ -1090,7 +1097,7 @@ mod tests {
         let ((l32, g32), (l16, g16)) = (run(false), run(true));
         assert!(
             (l32 - l16).abs() < 1e-2 * l32.abs(),
-            "loss {l32} against {l16}"
+            "{aggregator:?}: loss {l32} against {l16}"
         );
         let scale = g32.iter().fold(0f32, |m, g| m.max(g.abs()));
         let off = g32
@@ -1099,9 +1106,9 @@ mod tests {
             .fold(0f32, |m, (a, c)| m.max((a - c).abs()));
         assert!(
             off < 0.02 * scale,
-            "gradients differ by {off} (largest {scale})"
+            "{aggregator:?}: gradients differ by {off} (largest {scale})"
         );
-        assert!(off > 0.0, "the bf16 products did not run");
+        assert!(off > 0.0, "{aggregator:?}: the bf16 products did not run");
     }
 
     #[test]
