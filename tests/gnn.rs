@@ -1080,8 +1080,8 @@ fn unsupervised_sage_embeds_the_blocks_without_labels() {
 /// A rank's compute threads (`--threads`) split the products and the means into blocks of rows
 /// that do not depend on how many threads there are: one thread or two print the same run, on
 /// batches large enough to be split (400 training seeds in a step, about 4,400 rows in the first
-/// layer), learnable rows
-/// and the pool aggregator included.
+/// layer), learnable rows and the pool aggregator included, and bf16 products where the CPU has
+/// them.
 #[test]
 fn sage_trains_the_same_on_one_thread_or_two() {
     let d = tmp();
@@ -1099,10 +1099,14 @@ fn sage_trains_the_same_on_one_thread_or_two() {
             "5",
         ],
     );
-    for extra in [
+    let mut extras = vec![
         &[][..],
         &["--input", "both", "--dim", "8", "--aggregator", "pool"][..],
-    ] {
+    ];
+    if graphscale::model::bf16::available() {
+        extras.push(&["--compute-dtype", "bf16"][..]);
+    }
+    for extra in extras {
         let common = [
             &[
                 "--graph",
