@@ -123,6 +123,40 @@ fn simulated_nodes_by_flag_by_env_and_in_process() {
     assert!(micro_f1(&emb, &l) >= 0.9);
 }
 
+/// With one thread per rank the main thread computes the batches itself (no pool thread runs
+/// beside it), so a run across nodes is reproducible: the same command writes the same
+/// embeddings bit for bit at 3 ranks as simulated nodes (rows cached and re-read, deltas
+/// combined by their owners), for DeepWalk and LINE; another seed writes others.
+#[test]
+fn one_thread_per_rank_runs_are_reproducible_across_nodes() {
+    let d = tmp();
+    let (g, l) = sbm(d.path(), 1200, 4);
+    let m = p(d.path(), "m.jsonl");
+    let read = |e: &std::path::Path| -> Vec<u32> {
+        let (_, _, v) = graphscale::embeddings::read_embeddings(e).expect("embeddings");
+        v.iter().map(|x| x.to_bits()).collect()
+    };
+    let line: &[&str] = &["--model", "line", "--line-samples", "100", "--lr", "0.05"];
+    for (name, extra) in [("deepwalk", &[][..]), ("line", line)] {
+        let embs: Vec<_> = (0..3)
+            .map(|i| p(d.path(), &format!("{name}{i}.h5")))
+            .collect();
+        for (e, seed) in embs.iter().zip(["0", "0", "1"]) {
+            let mut a = with_model(args(s(&g), s(e), s(&m)), extra);
+            a.extend_from_slice(&["--seed", seed]);
+            let o = mpirun(3, 240, &a);
+            assert_eq!(o.code, 0, "{name}, seed {seed}: {}", o.all());
+            let ms = metrics(&m);
+            assert!(sum(&ms, "cache_hits") > 0, "{name}: the cache did not run");
+        }
+        assert!(micro_f1(&embs[0], &l) >= 0.9, "{name}");
+        let (a, b, c) = (read(&embs[0]), read(&embs[1]), read(&embs[2]));
+        let differ = a.iter().zip(&b).filter(|(x, y)| x != y).count();
+        assert_eq!(differ, 0, "{name}: {differ} of {} values differ", a.len());
+        assert_ne!(a, c, "{name}: seeds 0 and 1 wrote the same embeddings");
+    }
+}
+
 #[test]
 fn remote_path_settings_that_cannot_work_are_refused_on_every_rank() {
     let d = tmp();

@@ -138,7 +138,7 @@ impl<M: model::Model> Trainer<'_, M> {
         let (tx, rx) = std::sync::mpsc::channel();
         let (npairs, terms) = (planned.examples(), planned.loss_terms());
         let done = self.pool_started();
-        self.pool.spawn(move || {
+        self.submit(move || {
             let t = Timer::start();
             // SAFETY: the trainer keeps its shards alive and takes no `&mut` access to their
             // windows until it has received this task's result (`finish`, `drain`, `Drop`).
@@ -157,6 +157,17 @@ impl<M: model::Model> Trainer<'_, M> {
             step: self.step,
             cached: false,
         });
+    }
+
+    /// Run a batch's task on the compute pool: on a pool thread while this thread goes on, or
+    /// here and now when this thread is the pool's one thread (`--threads 1`,
+    /// [`trainer_pool`]).
+    pub(super) fn submit(&self, job: impl FnOnce() + Send + 'static) {
+        if self.inline {
+            self.pool.install(job);
+        } else {
+            self.pool.spawn(job);
+        }
     }
 
     /// A batch is about to go to the pool: add the time the pool stood without work to the
@@ -287,7 +298,7 @@ impl<M: model::Model> Trainer<'_, M> {
         let (tx, rx) = std::sync::mpsc::channel();
         let (npairs, terms) = (planned.examples(), planned.loss_terms());
         let done = self.pool_started();
-        self.pool.spawn(move || {
+        self.submit(move || {
             let t = Timer::start();
             // SAFETY: as in `hogwild_step`: the trainer keeps its shards alive and takes no
             // `&mut` access to their windows until it has received this task's result.

@@ -86,7 +86,9 @@ pub struct Trainer<'a, M: model::Model> {
     g: &'a LocalGraph,
     shards: Vec<Shard>,
     opt: OptParams,
-    pool: rayon::ThreadPool,
+    pool: std::sync::Arc<rayon::ThreadPool>,
+    /// The pool's one thread is this rank's main thread (`--threads 1`): see [`trainer_pool`].
+    inline: bool,
     neg: NegativePool,
     rng: Rng,
     /// What a batch samples, the rows it touches and its kernels.
@@ -218,7 +220,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             && node_memory_fits(comm, cfg, g.num_local(), g.bytes());
         let shards = new_shards(comm, cfg, g, node_shared)?;
         let (rank, seed) = (comm.rank(), cfg.seed);
-        let pool = compute_pool(cfg, rank)?;
+        let (pool, inline) = trainer_pool(cfg, rank)?;
         let pool_size = (1 << 16).max(cfg.batch_size * 4);
         let pool_every = pool_refresh_steps(
             pool_size,
@@ -234,6 +236,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             shards,
             opt: OptParams::new(cfg.optimizer, cfg.momentum),
             pool,
+            inline,
             neg,
             rng: rng_for(seed, rank, 2),
             model: agree(comm, M::new(cfg, g))?,
@@ -448,6 +451,43 @@ fn new_shards(
         }
     });
     Ok(shards)
+}
+
+thread_local! {
+    /// The pool whose one thread is this thread ([`trainer_pool`]): a thread joins at most one
+    /// pool, so later trainers on the thread reuse it.
+    static ON_THIS_THREAD: std::cell::OnceCell<std::sync::Arc<rayon::ThreadPool>> =
+        const { std::cell::OnceCell::new() };
+}
+
+/// The walk and edge models' compute pool, and whether its one thread is the calling (main)
+/// thread. With `--threads 1` it is: a batch runs where it is launched ([`Trainer::submit`]),
+/// so a rank uses one core, hands no batch to another thread (on 8 ranks sharing 2 cores the
+/// hand-offs' wake-ups cost more than the overlap gained), and a run is reproducible: the same
+/// command writes the same embeddings, bit for bit, at any rank count. A thread that already
+/// belongs to another pool gets a pool thread instead.
+fn trainer_pool(
+    cfg: &TrainConfig,
+    rank: usize,
+) -> Result<(std::sync::Arc<rayon::ThreadPool>, bool)> {
+    use std::sync::Arc;
+    if cfg.threads == 1 {
+        if let Some(p) = ON_THIS_THREAD.with(|c| c.get().cloned()) {
+            return Ok((p, true));
+        }
+        if rayon::current_thread_index().is_none() {
+            if let Ok(p) = rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .use_current_thread()
+                .build()
+            {
+                let p = Arc::new(p);
+                ON_THIS_THREAD.with(|c| c.set(p.clone()).ok());
+                return Ok((p, true));
+            }
+        }
+    }
+    Ok((Arc::new(compute_pool(cfg, rank)?), false))
 }
 
 /// The rank's compute pool of `--threads` threads.

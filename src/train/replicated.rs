@@ -110,7 +110,7 @@ impl<M: Model> Trainer<'_, M> {
         let (tx, rx) = std::sync::mpsc::channel();
         let (npairs, terms) = (planned.examples(), planned.loss_terms());
         let done = self.pool_started();
-        self.pool.spawn(move || {
+        self.submit(move || {
             let t = Timer::start();
             // Every reference is to the batch's copy: no row is updated in place.
             let (deltas, loss) =

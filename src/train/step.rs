@@ -272,7 +272,7 @@ impl<M: model::Model> Trainer<'_, M> {
         let (tx, rx) = std::sync::mpsc::channel();
         let (pairs, terms) = (b.plan.examples(), b.plan.loss_terms());
         let Batch { keys, plan, rows } = b;
-        self.pool.spawn(move || {
+        self.submit(move || {
             let t = Timer::start();
             let g = plan.gradients(&rows, dim);
             // The receiver only disappears if the rank is already failing.
