@@ -126,7 +126,8 @@ fn simulated_nodes_by_flag_by_env_and_in_process() {
 /// With one thread per rank the main thread computes the batches itself (no pool thread runs
 /// beside it), so a run across nodes is reproducible: the same command writes the same
 /// embeddings bit for bit at 3 ranks as simulated nodes (rows cached and re-read, deltas
-/// combined by their owners), for DeepWalk and LINE; another seed writes others.
+/// combined by their owners), for DeepWalk and LINE, over shared memory and over TCP; another
+/// seed writes others.
 #[test]
 fn one_thread_per_rank_runs_are_reproducible_across_nodes() {
     let d = tmp();
@@ -154,6 +155,23 @@ fn one_thread_per_rank_runs_are_reproducible_across_nodes() {
         let differ = a.iter().zip(&b).filter(|(x, y)| x != y).count();
         assert_eq!(differ, 0, "{name}: {differ} of {} values differ", a.len());
         assert_ne!(a, c, "{name}: seeds 0 and 1 wrote the same embeddings");
+        if name == "deepwalk" && !mpich() {
+            // Over TCP (as between machines) the same bits as over shared memory.
+            let tcp = [
+                "OMPI_MCA_pml=ob1",
+                "OMPI_MCA_btl=tcp,self",
+                "OMPI_MCA_osc=ucx",
+                "UCX_TLS=tcp,self",
+            ];
+            let mut over = with_model(args(s(&g), s(&embs[2]), s(&m)), extra);
+            over.extend_from_slice(&["--seed", "0"]);
+            let o = mpirun_env(3, 240, &tcp, &over);
+            assert_eq!(o.code, 0, "over TCP: {}", o.all());
+            assert!(
+                read(&embs[2]) == a,
+                "over TCP: other embeddings than over shared memory"
+            );
+        }
     }
 }
 
