@@ -462,9 +462,10 @@ thread_local! {
 
 /// The walk and edge models' compute pool, and whether its one thread is the calling (main)
 /// thread. With `--threads 1` it is: a batch runs where it is launched ([`Trainer::submit`]),
-/// so a rank uses one core, hands no batch to another thread (on 8 ranks sharing 2 cores the
-/// hand-offs' wake-ups cost more than the overlap gained), and a run is reproducible: the same
-/// command writes the same embeddings, bit for bit, at any rank count. A thread that already
+/// so a rank uses one core and hands no batch to another thread, and a run is reproducible
+/// where ranks do not share rows (one rank per node, or `--node-memory private`): the same
+/// command writes the same embeddings, bit for bit, over shared memory or TCP. The speed on
+/// 2-8 simulated nodes was the same within noise (docs/performance.md). A thread that already
 /// belongs to another pool gets a pool thread instead.
 fn trainer_pool(
     cfg: &TrainConfig,
