@@ -338,7 +338,8 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                     let clock = cfg
                         .cache_refresh
                         .unwrap_or_else(|| crate::config::default_cache_refresh(copies));
-                    self.cache = Some(RowCache::new(capacity, cfg.dim, clock));
+                    let keys = 2 * g.num_nodes();
+                    self.cache = Some(RowCache::new(capacity, cfg.dim, clock, keys));
                     self.m.cache_rows = capacity as u64;
                     self.m.cache_refresh = clock;
                 }
