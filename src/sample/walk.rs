@@ -604,9 +604,7 @@ impl WalkEngine {
                     if w.step >= self.params.walk_length || nb.is_empty() {
                         emit(&self.params, w, out_segs);
                         out.finished += 1;
-                        let mut hist = std::mem::take(&mut lanes.swap_remove(i).w.hist);
-                        hist.clear();
-                        self.spare.push(hist);
+                        recycle(&mut self.spare, lanes.swap_remove(i).w.hist);
                         continue;
                     }
                     if self.params.node2vec.is_none() && cum.is_none() {
@@ -799,9 +797,14 @@ fn advance(
     w.step_to(x);
     let o = g.part.owner(x);
     w.encode_ids(&mut send[o], ids);
-    w.hist.clear();
-    spare.push(w.hist);
+    recycle(spare, w.hist);
     o
+}
+
+/// Keep a walker's token buffer, emptied, for a walker that arrives or starts.
+fn recycle(spare: &mut Vec<Vec<(u64, u32)>>, mut hist: Vec<(u64, u32)>) {
+    hist.clear();
+    spare.push(hist);
 }
 
 enum Move {

@@ -321,8 +321,7 @@ enum Directory {
 
 impl Directory {
     fn new(key_space: u64, capacity: usize, dim: usize) -> Directory {
-        let table_bytes = key_space.saturating_mul(4);
-        if table_bytes <= RowCache::bytes(capacity, dim) / 16 {
+        if key_space.saturating_mul(4) <= RowCache::bytes(capacity, dim) / 16 {
             Directory::table(key_space)
         } else {
             Directory::Map(FxHashMap::default())
@@ -628,9 +627,24 @@ impl RowCache {
         self.due.clear();
     }
 
-    /// Bytes the cache holds (copies and their bases).
+    /// Bytes of the cache's copies and their bases.
     pub fn bytes(capacity: usize, dim: usize) -> u64 {
         (capacity * dim * 8) as u64
+    }
+
+    /// Bytes of a full cache for keys below `key_space`: its copies, their bases and its
+    /// directory (a table of 4 bytes per key, or a hash map of about 20 bytes per row).
+    pub fn footprint(capacity: usize, dim: usize, key_space: u64) -> u64 {
+        let copies = RowCache::bytes(capacity, dim);
+        let table = key_space.saturating_mul(4);
+        copies
+            + if capacity == 0 {
+                0
+            } else if table <= copies / 16 {
+                table
+            } else {
+                capacity as u64 * 20
+            }
     }
 }
 
@@ -658,9 +672,20 @@ mod tests {
         // 10 312 rows of d 128 (BlogCatalog at 2 simulated nodes): 80 KiB of table.
         let c = RowCache::new(10_312, 128, 8, 20_624);
         assert!(matches!(c.slot_of, Directory::Table { .. }));
-        // A billion nodes, 80 ranks, the default cache of a rank's own rows: a map.
+        let copies = RowCache::bytes(10_312, 128);
+        assert_eq!(
+            RowCache::footprint(10_312, 128, 20_624),
+            copies + 4 * 20_624
+        );
+        // A billion nodes over 80 ranks (a cache smaller than a rank's own rows here): a map.
         let c = RowCache::new(1_000, 128, 8, 2_000_000_000);
         assert!(matches!(c.slot_of, Directory::Map(_)));
+        let copies = RowCache::bytes(1_000, 128);
+        assert_eq!(
+            RowCache::footprint(1_000, 128, 2_000_000_000),
+            copies + 20_000
+        );
+        assert_eq!(RowCache::footprint(0, 128, 2_000_000_000), 0);
     }
 
     #[test]

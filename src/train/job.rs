@@ -323,16 +323,17 @@ fn check_storage(
         0
     };
     let replica = cfg.replica_bytes(num_nodes);
-    let storage = cfg.memory_estimate(rows) + RowCache::bytes(cached, cfg.dim) + replica;
+    let cache = RowCache::footprint(cached, cfg.dim, 2 * num_nodes);
+    let storage = cfg.memory_estimate(rows) + cache + replica;
     agree(
         comm,
         match cfg.max_memory {
-            Some(limit) if storage > limit && RowCache::bytes(cached, cfg.dim) > 0 => {
+            Some(limit) if storage > limit && cache > 0 => {
                 Err(Error::config(format!(
                     "the storage estimate {} (of which the remote-row cache, --cache-rows {}: {}) exceeds --max-memory {}; lower --cache-rows (0 disables the cache), use more ranks, or a smaller --dim",
                     human_bytes(storage),
                     cached,
-                    human_bytes(RowCache::bytes(cached, cfg.dim)),
+                    human_bytes(cache),
                     human_bytes(limit)
                 )))
             }
