@@ -321,11 +321,16 @@ enum Directory {
 
 impl Directory {
     fn new(key_space: u64, capacity: usize, dim: usize) -> Directory {
-        if key_space.saturating_mul(4) <= RowCache::bytes(capacity, dim) / 16 {
+        if Directory::table_fits(key_space, capacity, dim) {
             Directory::table(key_space)
         } else {
             Directory::Map(FxHashMap::default())
         }
+    }
+
+    /// Whether a table for `key_space` keys is at most a sixteenth of the cache's copies.
+    fn table_fits(key_space: u64, capacity: usize, dim: usize) -> bool {
+        key_space.saturating_mul(4) <= RowCache::bytes(capacity, dim) / 16
     }
 
     fn table(key_space: u64) -> Directory {
@@ -636,12 +641,11 @@ impl RowCache {
     /// directory (a table of 4 bytes per key, or a hash map of about 20 bytes per row).
     pub fn footprint(capacity: usize, dim: usize, key_space: u64) -> u64 {
         let copies = RowCache::bytes(capacity, dim);
-        let table = key_space.saturating_mul(4);
         copies
             + if capacity == 0 {
                 0
-            } else if table <= copies / 16 {
-                table
+            } else if Directory::table_fits(key_space, capacity, dim) {
+                key_space * 4
             } else {
                 capacity as u64 * 20
             }
