@@ -51,6 +51,9 @@ const NO_SLOT: u32 = u32::MAX;
 /// A copy is re-read, and a delta pushed, at the latest this many times `refresh` steps after.
 pub const AGE: u64 = 8;
 
+/// How many rows ahead the loops over scattered rows prefetch.
+pub const AHEAD: usize = 4;
+
 /// What one batch needs from the exchange, filled by [`RowCache::admit`].
 #[derive(Default)]
 pub struct Admission {
@@ -226,6 +229,7 @@ impl Combine {
         lr: f32,
         mut norm2: impl FnMut((usize, usize)) -> f32,
         mut apply: impl FnMut((usize, usize), &[f32], u32),
+        ahead: impl Fn((usize, usize)),
     ) -> u64 {
         let d = self.dim;
         self.share.clear();
@@ -233,13 +237,27 @@ impl Combine {
         let stiffness = self.stiffness * f64::from(lr);
         self.rate.clear();
         self.rate
-            .extend(self.rows.iter().zip(&self.count).map(|(&row, &(k, _))| {
-                if k < 2 {
-                    0.0
-                } else {
-                    stiffness * f64::from(norm2(row))
-                }
-            }));
+            .extend(
+                self.rows
+                    .iter()
+                    .zip(&self.count)
+                    .enumerate()
+                    .map(|(i, (&row, &(k, _)))| {
+                        if let Some((&next, _)) = self
+                            .rows
+                            .get(i + AHEAD)
+                            .zip(self.count.get(i + AHEAD))
+                            .filter(|(_, c)| c.0 >= 2)
+                        {
+                            ahead(next);
+                        }
+                        if k < 2 {
+                            0.0
+                        } else {
+                            stiffness * f64::from(norm2(row))
+                        }
+                    }),
+            );
         let rate = &self.rate;
         for &(i, n) in &self.updates {
             let i = i as usize;
@@ -249,6 +267,9 @@ impl Combine {
         }
         let mut scaled = 0;
         for (i, &row) in self.rows.iter().enumerate() {
+            if let Some(&next) = self.rows.get(i + AHEAD) {
+                ahead(next);
+            }
             let (k, total) = self.count[i];
             let sum = &self.sum[i * d..(i + 1) * d];
             // Shares too small to resolve are the linear regime: the sum.
@@ -506,6 +527,10 @@ impl RowCache {
             }
         }
         for (i, &k) in keys.iter().enumerate() {
+            // The copies a refresh reads are far apart in memory: ask for them ahead.
+            if let Some(&s) = adm.slots.get(i + AHEAD).filter(|&&s| s != NO_SLOT) {
+                self.prefetch(s);
+            }
             let slot = match Some(adm.slots[i]).filter(|&s| s != NO_SLOT) {
                 Some(s) => {
                     let si = s as usize;
@@ -588,7 +613,10 @@ impl RowCache {
         if n < cand.len() {
             cand.select_nth_unstable_by_key(n - 1, |&s| self.uses[s as usize]);
         }
-        for &s in &cand[..n] {
+        for (j, &s) in cand[..n].iter().enumerate() {
+            if let Some(&next) = cand[..n].get(j + AHEAD) {
+                self.prefetch(next);
+            }
             let si = s as usize;
             if self.due_at[si] != CLEAN {
                 self.take_delta(s, adm);
@@ -601,6 +629,13 @@ impl RowCache {
             *u /= 2;
         }
         adm.evictions += n as u64;
+    }
+
+    /// Hint the CPU to bring the slot's copy and base into cache (values unchanged).
+    pub fn prefetch(&self, slot: u32) {
+        let (d, s) = (self.dim, slot as usize);
+        cells::prefetch(Shared::F32(&self.cells[s * d..(s + 1) * d]));
+        crate::store::prefetch_range(self.base[s * d..].as_ptr().cast(), d * 4);
     }
 
     /// Install a row read from its owner into `slot`: a new slot takes it as it is; a refreshed
@@ -796,7 +831,12 @@ mod tests {
         c.add((0, 9), &[3.0, 0.0], 5);
         let norm2 = |row: (usize, usize)| if row == (1, 7) { 0.0 } else { 1.0 };
         let mut got = Vec::new();
-        let scaled = c.drain(0.1, norm2, |row, d, k| got.push((row, d.to_vec(), k)));
+        let scaled = c.drain(
+            0.1,
+            norm2,
+            |row, d, k| got.push((row, d.to_vec(), k)),
+            |_| {},
+        );
         let f = (1.0 + (-0.5f32).exp()) / 2.0;
         let want = [
             ((0, 4), [2.0, 1.0], 3),
@@ -817,7 +857,12 @@ mod tests {
         c.add((0, 4), &[1.0, 1.0], 1);
         let mut got = Vec::new();
         assert_eq!(
-            c.drain(0.1, norm2, |row, d, k| got.push((row, d.to_vec(), k))),
+            c.drain(
+                0.1,
+                norm2,
+                |row, d, k| got.push((row, d.to_vec(), k)),
+                |_| {}
+            ),
             0
         );
         assert_eq!(got, vec![((0, 4), vec![1.0, 1.0], 1)]);

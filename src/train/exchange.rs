@@ -129,7 +129,13 @@ impl<M: model::Model> Trainer<'_, M> {
         for (o, w) in send.iter_mut().enumerate() {
             w.requests(if rma { &[][..] } else { &heads[o][..] });
             // The rows `o` asked for in the exchange absorbed last, as they are now.
-            for &h in &self.to_answer[o] {
+            for (j, &h) in self.to_answer[o].iter().enumerate() {
+                if let Some(&next) = self.to_answer[o].get(j + cache::AHEAD) {
+                    let (m, at) = self.own_row(next);
+                    // SAFETY: as below.
+                    let cells = unsafe { in_place[m].cells.cells() };
+                    cells::prefetch(cells.slice(at, dim));
+                }
                 let (m, at) = self.own_row(h);
                 // SAFETY: the shards outlive this call and nothing takes `&mut` access to
                 // their windows while cells are in use; pool tasks update rows with relaxed
@@ -225,11 +231,21 @@ impl<M: model::Model> Trainer<'_, M> {
             cells::load(cells.slice(o, dim), &mut row);
             row.iter().map(|x| x * x).sum::<f32>()
         };
-        self.m.cache_deltas_damped += combine.drain(self.lr_now, norm2, |(m, o), delta, _| {
+        let ahead = |(m, o): (usize, usize)| {
             // SAFETY: as in `encode_exchange`.
             let cells = unsafe { in_place[m].cells.cells() };
-            cells::add_to(cells.slice(o, dim), delta);
-        });
+            cells::prefetch(cells.slice(o, dim));
+        };
+        self.m.cache_deltas_damped += combine.drain(
+            self.lr_now,
+            norm2,
+            |(m, o), delta, _| {
+                // SAFETY: as in `encode_exchange`.
+                let cells = unsafe { in_place[m].cells.cells() };
+                cells::add_to(cells.slice(o, dim), delta);
+            },
+            ahead,
+        );
         self.combine = combine;
         // Walkers of settle's exchanges join those not yet handed over.
         match &mut self.carried {
@@ -248,7 +264,10 @@ impl<M: model::Model> Trainer<'_, M> {
         if let Some(d) = &waiting {
             for (o, msg) in rows_in.iter().enumerate() {
                 self.m.fetch_bytes += msg.rows.len() as u64;
-                for (&(slot, new), r) in d.asked[o].iter().zip(msg.rows()) {
+                for (j, (&(slot, new), r)) in d.asked[o].iter().zip(msg.rows()).enumerate() {
+                    if let Some(&(next, _)) = d.asked[o].get(j + cache::AHEAD) {
+                        cache.prefetch(next);
+                    }
                     decode_wire(wire, r, &mut row);
                     cache.install(slot, &row, new);
                 }
