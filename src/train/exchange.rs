@@ -151,6 +151,36 @@ impl<M: model::Model> Trainer<'_, M> {
         (send, asked)
     }
 
+    /// Add the deltas received for this rank's rows, the copies of one row that synchronised
+    /// in this exchange combined (the rule in `cache`), and keep `combine` for the next one.
+    fn apply_combined(&mut self, mut combine: Combine) {
+        let dim = self.cfg.dim;
+        let in_place = self.shared.clone().expect("hogwild rows");
+        let mut row = vec![0f32; dim];
+        let norm2 = |(m, o): (usize, usize)| {
+            // SAFETY: as in `encode_exchange`.
+            let cells = unsafe { in_place[m].cells.cells() };
+            cells::load(cells.slice(o, dim), &mut row);
+            row.iter().map(|x| x * x).sum::<f32>()
+        };
+        let ahead = |(m, o): (usize, usize)| {
+            // SAFETY: as in `encode_exchange`.
+            let cells = unsafe { in_place[m].cells.cells() };
+            cells::prefetch(cells.slice(o, dim));
+        };
+        self.m.cache_deltas_damped += combine.drain(
+            self.lr_now,
+            norm2,
+            |(m, o), delta, _| {
+                // SAFETY: as in `encode_exchange`.
+                let cells = unsafe { in_place[m].cells.cells() };
+                cells::add_to(cells.slice(o, dim), delta);
+            },
+            ahead,
+        );
+        self.combine = combine;
+    }
+
     /// Matrix and value offset of one of this rank's rows, from its head in a message; a head
     /// of a row it does not own ends the job.
     pub(super) fn own_row(&self, h: u32) -> (usize, usize) {
@@ -178,7 +208,6 @@ impl<M: model::Model> Trainer<'_, M> {
         let (dim, wire, n) = (cfg.dim, cfg.wire_dtype, comm.size());
         let wb = wire.row_bytes(dim);
         let rma = cfg.fetch == Fetch::Rma;
-        let in_place = self.shared.clone().expect("hogwild rows");
         let bad = |what: &str| -> ! {
             fatal(comm, Some(self.step), &format!("received {what}"));
         };
@@ -224,29 +253,7 @@ impl<M: model::Model> Trainer<'_, M> {
             }
             rows_in.push(msg);
         }
-        // Copies that synchronised in this exchange are combined (the rule in `cache`).
-        let norm2 = |(m, o): (usize, usize)| {
-            // SAFETY: as in `encode_exchange`.
-            let cells = unsafe { in_place[m].cells.cells() };
-            cells::load(cells.slice(o, dim), &mut row);
-            row.iter().map(|x| x * x).sum::<f32>()
-        };
-        let ahead = |(m, o): (usize, usize)| {
-            // SAFETY: as in `encode_exchange`.
-            let cells = unsafe { in_place[m].cells.cells() };
-            cells::prefetch(cells.slice(o, dim));
-        };
-        self.m.cache_deltas_damped += combine.drain(
-            self.lr_now,
-            norm2,
-            |(m, o), delta, _| {
-                // SAFETY: as in `encode_exchange`.
-                let cells = unsafe { in_place[m].cells.cells() };
-                cells::add_to(cells.slice(o, dim), delta);
-            },
-            ahead,
-        );
-        self.combine = combine;
+        self.apply_combined(combine);
         // Walkers of settle's exchanges join those not yet handed over.
         match &mut self.carried {
             Some((w, s)) => {
