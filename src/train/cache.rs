@@ -223,7 +223,8 @@ impl Combine {
     /// the copies' updates would have covered `c(N)`: the owner applies the copies' sum scaled
     /// by `c(N) / sum c(n)`. That is the whole sum while the copies are far from where their
     /// inputs pull the row (`r N` small: updates add up), and their mean once each got there
-    /// (a hub every copy trained many times). Returns the deltas scaled below half their sum.
+    /// (a hub every copy trained many times). `ahead(row)` hints that `row` is needed soon (a
+    /// prefetch). Returns the deltas scaled below half their sum.
     pub fn drain(
         &mut self,
         lr: f32,
@@ -527,7 +528,8 @@ impl RowCache {
             }
         }
         for (i, &k) in keys.iter().enumerate() {
-            // The copies a refresh reads are far apart in memory: ask for them ahead.
+            // The batch's copies are far apart in memory: ask for them ahead (a refresh takes
+            // their deltas now, the kernel trains them next).
             if let Some(&s) = adm.slots.get(i + AHEAD).filter(|&&s| s != NO_SLOT) {
                 self.prefetch(s);
             }
