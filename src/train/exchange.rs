@@ -126,22 +126,21 @@ impl<M: model::Model> Trainer<'_, M> {
             asked[o].push((slot, new));
         }
         let mut row = vec![0f32; dim];
+        let mut answers: Vec<(usize, usize)> = Vec::new();
         for (o, w) in send.iter_mut().enumerate() {
             w.requests(if rma { &[][..] } else { &heads[o][..] });
             // The rows `o` asked for in the exchange absorbed last, as they are now.
-            for (j, &h) in self.to_answer[o].iter().enumerate() {
-                if let Some(&next) = self.to_answer[o].get(j + cache::AHEAD) {
-                    let (m, at) = self.own_row(next);
-                    // SAFETY: as below.
-                    let cells = unsafe { in_place[m].cells.cells() };
-                    cells::prefetch(cells.slice(at, dim));
+            answers.clear();
+            answers.extend(self.to_answer[o].iter().map(|&h| self.own_row(h)));
+            // SAFETY: the shards outlive this call and nothing takes `&mut` access to their
+            // windows while cells are in use; pool tasks update rows with relaxed atomic
+            // accesses, as these are.
+            let cells = |m: usize| unsafe { in_place[m].cells.cells() };
+            for (j, &(m, at)) in answers.iter().enumerate() {
+                if let Some(&(next_m, next)) = answers.get(j + cache::AHEAD) {
+                    cells::prefetch(cells(next_m).slice(next, dim));
                 }
-                let (m, at) = self.own_row(h);
-                // SAFETY: the shards outlive this call and nothing takes `&mut` access to
-                // their windows while cells are in use; pool tasks update rows with relaxed
-                // atomic accesses, as these are.
-                let cells = unsafe { in_place[m].cells.cells() };
-                cells::load(cells.slice(at, dim), &mut row);
+                cells::load(cells(m).slice(at, dim), &mut row);
                 encode_wire(wire, &row, &mut enc, None);
                 w.row(&enc);
             }
