@@ -55,7 +55,6 @@ impl<M: model::Model> Trainer<'_, M> {
             .clone()
             .expect("hogwild_step needs rows to update in place");
         let remote_slot = &mut self.remote_slot;
-        remote_slot.clear();
         let mut keys: Vec<u64> = Vec::new();
         // Per slot: its references (updates), and whether a reference of the random half
         // (`remote_uses_half`) reached it.
@@ -69,7 +68,7 @@ impl<M: model::Model> Trainer<'_, M> {
             match in_place[(key & 1) as usize].first_row[owner] {
                 Some(first) => first + row as u32,
                 None => {
-                    let slot = *remote_slot.entry(key).or_insert_with(|| {
+                    let slot = remote_slot.get_or_insert(key, || {
                         keys.push(key);
                         refs.push(0);
                         half.push(false);
@@ -83,6 +82,7 @@ impl<M: model::Model> Trainer<'_, M> {
             }
         };
         let planned = self.model.plan(work, &self.neg, &mut self.rng, &mut refer);
+        self.remote_slot.clear(&keys);
         self.m.remote_uses_half += half.iter().filter(|&&h| h).count() as u64;
         let (local, remote) = count_references(&planned);
         self.m.local_rows += local;

@@ -16,6 +16,7 @@ mod job;
 mod kg;
 mod replicated;
 pub mod sage;
+mod slots;
 mod step;
 mod triples;
 mod walks;
@@ -30,7 +31,6 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use rand::RngExt;
-use rustc_hash::FxHashMap;
 
 use crate::checkpoint::{self, Cursor, Restored, Snapshot, Writing};
 use crate::comm::{decode_ids, encode_ids, Channel, Comm, Posted, ReduceOp};
@@ -97,7 +97,8 @@ pub struct Trainer<'a, M: model::Model> {
     step: u64,
     /// Per matrix and local row: (step stamp, batch slot) for deduplicating local rows.
     local_slot: Vec<Vec<(u64, u32)>>,
-    remote_slot: FxHashMap<u64, u32>,
+    /// Remote rows' slots in the batch being planned.
+    remote_slot: slots::KeySlots,
     stamp: u64,
     /// Batches launched on the pool and not yet finished, oldest first.
     pending: std::collections::VecDeque<Pending>,
@@ -246,7 +247,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             },
             step: 0,
             local_slot: vec![vec![(0, 0); rows]; 2],
-            remote_slot: FxHashMap::default(),
+            remote_slot: slots::KeySlots::new(g.part.num_nodes().saturating_mul(2)),
             stamp: 0,
             pending: Default::default(),
             next_pool: None,

@@ -77,16 +77,16 @@ impl<M: Model> Trainer<'_, M> {
         let dim = self.cfg.dim;
         let t = Timer::start();
         let slots = &mut self.remote_slot;
-        slots.clear();
         let mut keys: Vec<u64> = Vec::new();
         let mut refer = |key: u64| -> u32 {
             model::REMOTE
-                | *slots.entry(key).or_insert_with(|| {
+                | slots.get_or_insert(key, || {
                     keys.push(key);
                     (keys.len() - 1) as u32
                 })
         };
         let planned = self.model.plan(work, &self.neg, &mut self.rng, &mut refer);
+        self.remote_slot.clear(&keys);
         self.m.local_rows += planned
             .references()
             .into_iter()

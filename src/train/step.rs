@@ -88,7 +88,6 @@ impl<M: model::Model> Trainer<'_, M> {
         let stamp = self.stamp;
         let part = &g.part;
         let (local_slot, remote_slot) = (&mut self.local_slot, &mut self.remote_slot);
-        remote_slot.clear();
         let mut keys: Vec<u64> = Vec::new();
         // Local rows are found through a stamped array (no hashing); remote rows through a map.
         let mut slot = |key: u64| -> u32 {
@@ -101,13 +100,14 @@ impl<M: model::Model> Trainer<'_, M> {
                 }
                 e.1
             } else {
-                *remote_slot.entry(key).or_insert_with(|| {
+                remote_slot.get_or_insert(key, || {
                     keys.push(key);
                     (keys.len() - 1) as u32
                 })
             }
         };
         let plan = self.model.plan(work, &self.neg, &mut self.rng, &mut slot);
+        self.remote_slot.clear(&keys);
         self.m.seconds.sample += t.secs();
 
         let rows = self.fetch_rows(&keys);
