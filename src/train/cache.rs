@@ -151,7 +151,9 @@ impl UpdateCode {
 pub struct Combine {
     dim: usize,
     stiffness: f64,
-    at: FxHashMap<(usize, usize), u32>,
+    /// Per row (matrix + 2 x row index), its index in `rows` + 1 (0: none yet): one read
+    /// per delta where a hash map's probe missed the caches.
+    at: Vec<u32>,
     rows: Vec<(usize, usize)>,
     /// Per row: copies, and their updates in all.
     count: Vec<(u32, u64)>,
@@ -183,7 +185,7 @@ impl Combine {
         Combine {
             dim,
             stiffness,
-            at: FxHashMap::default(),
+            at: Vec::new(),
             rows: Vec::new(),
             count: Vec::new(),
             updates: Vec::new(),
@@ -194,17 +196,32 @@ impl Combine {
         }
     }
 
-    /// One copy's delta for `row` (any key the caller chooses, e.g. matrix and offset), made by
-    /// `updates` updates of the copy.
+    /// Where `row` (matrix 0 or 1, offset of its first value: a multiple of `dim`) is in `at`.
+    #[inline]
+    fn index(&self, (m, o): (usize, usize)) -> usize {
+        debug_assert!(m < 2 && o % self.dim == 0, "row ({m}, {o})");
+        o / self.dim * 2 + m
+    }
+
+    /// One copy's delta for `row` (matrix 0 or 1, offset of its first value in the matrix),
+    /// made by `updates` updates of the copy.
     pub fn add(&mut self, row: (usize, usize), delta: &[f32], updates: u32) {
         debug_assert_eq!(delta.len(), self.dim);
         let d = self.dim;
-        let i = *self.at.entry(row).or_insert_with(|| {
-            self.rows.push(row);
-            self.count.push((0, 0));
-            self.sum.resize(self.sum.len() + d, 0.0);
-            (self.rows.len() - 1) as u32
-        });
+        let k = self.index(row);
+        if k >= self.at.len() {
+            self.at.resize(k + 1, 0);
+        }
+        let i = match self.at[k] {
+            0 => {
+                self.rows.push(row);
+                self.count.push((0, 0));
+                self.sum.resize(self.sum.len() + d, 0.0);
+                self.at[k] = self.rows.len() as u32;
+                self.rows.len() as u32 - 1
+            }
+            e => e - 1,
+        };
         let updates = updates.max(1);
         self.updates.push((i, updates));
         let c = &mut self.count[i as usize];
@@ -292,7 +309,10 @@ impl Combine {
             }
             apply(row, &self.out, k);
         }
-        self.at.clear();
+        for i in 0..self.rows.len() {
+            let k = self.index(self.rows[i]);
+            self.at[k] = 0;
+        }
         self.rows.clear();
         self.count.clear();
         self.updates.clear();
@@ -300,6 +320,38 @@ impl Combine {
         scaled
     }
 }
+
+/// A cache slot's state.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    /// The row key held (EMPTY: none).
+    key: u64,
+    /// Step at which the slot's value was last read from its owner.
+    fetched: u64,
+    /// Last step whose batch references the slot.
+    used: u64,
+    /// Step at which the slot's delta is due to be pushed (CLEAN: nothing to push).
+    due_at: u64,
+    /// Use counts (halved at every eviction round: recent use weighs more).
+    uses: u32,
+    /// References of batches to the slot since its delta was last taken (its updates).
+    refs: u32,
+    /// Batches that used the slot since its value was read (its clock).
+    touches: u32,
+    /// A read of the slot's row is under way (asked, not yet installed).
+    awaiting: bool,
+}
+
+const FREE_SLOT: Slot = Slot {
+    key: EMPTY,
+    fetched: 0,
+    used: 0,
+    due_at: CLEAN,
+    uses: 0,
+    refs: 0,
+    touches: 0,
+    awaiting: false,
+};
 
 /// Copies of remote rows (keys `node << 1 | matrix`), trained in place by the pool.
 pub struct RowCache {
@@ -309,21 +361,8 @@ pub struct RowCache {
     /// Per slot, the value at its last synchronisation (the delta's origin).
     base: Vec<f32>,
     slot_of: Directory,
-    key: Vec<u64>,
-    /// Step at which the slot's value was last read from its owner.
-    fetched: Vec<u64>,
-    /// Last step whose batch references the slot.
-    used: Vec<u64>,
-    /// Step at which the slot's delta is due to be pushed (CLEAN: nothing to push).
-    due_at: Vec<u64>,
-    /// Use counts (halved at every eviction round: recent use weighs more).
-    uses: Vec<u32>,
-    /// References of batches to the slot since its delta was last taken (its updates).
-    refs: Vec<u32>,
-    /// Batches that used the slot since its value was read (its clock).
-    touches: Vec<u32>,
-    /// A read of the slot's row is under way (asked, not yet installed).
-    awaiting: Vec<bool>,
+    /// Per slot, its state (one cache line or two: a batch's slots are scattered).
+    meta: Vec<Slot>,
     free: Vec<u32>,
     due: VecDeque<(u64, u32)>,
     refresh: u64,
@@ -417,14 +456,7 @@ impl RowCache {
             cells: Arc::new(Vec::new()),
             base: Vec::new(),
             slot_of,
-            key: Vec::new(),
-            fetched: Vec::new(),
-            used: Vec::new(),
-            due_at: Vec::new(),
-            uses: Vec::new(),
-            refs: Vec::new(),
-            touches: Vec::new(),
-            awaiting: Vec::new(),
+            meta: Vec::new(),
             free: Vec::new(),
             due: VecDeque::new(),
             refresh: refresh.max(1),
@@ -435,7 +467,7 @@ impl RowCache {
     }
 
     pub fn capacity(&self) -> usize {
-        self.key.len()
+        self.meta.len()
     }
 
     /// Rows held now.
@@ -458,35 +490,28 @@ impl RowCache {
             .expect("the cache grows only while no batch holds its rows");
         cells.extend((0..(capacity - old) * self.dim).map(|_| AtomicU32::new(0)));
         self.base.resize(capacity * self.dim, 0.0);
-        self.key.resize(capacity, EMPTY);
-        self.fetched.resize(capacity, 0);
-        self.used.resize(capacity, 0);
-        self.due_at.resize(capacity, CLEAN);
-        self.uses.resize(capacity, 0);
-        self.refs.resize(capacity, 0);
-        self.touches.resize(capacity, 0);
-        self.awaiting.resize(capacity, false);
+        self.meta.resize(capacity, FREE_SLOT);
         self.free.extend((old as u32..capacity as u32).rev());
     }
 
     /// Push the slot's delta (value now minus base) and make the value now its base.
     fn take_delta(&mut self, slot: u32, adm: &mut Admission) {
         let (d, s) = (self.dim, slot as usize);
-        adm.push_keys.push(self.key[s]);
+        adm.push_keys.push(self.meta[s].key);
         let base = &mut self.base[s * d..(s + 1) * d];
         cells::load(Shared::F32(&self.cells[s * d..(s + 1) * d]), &mut self.row);
         adm.push_vals
             .extend(self.row.iter().zip(base.iter()).map(|(now, b)| now - b));
         base.copy_from_slice(&self.row);
         adm.push_refs
-            .push(self.refs[s].min(u32::from(u16::MAX)) as u16);
-        self.refs[s] = 0;
-        self.due_at[s] = CLEAN;
+            .push(self.meta[s].refs.min(u32::from(u16::MAX)) as u16);
+        self.meta[s].refs = 0;
+        self.meta[s].due_at = CLEAN;
     }
 
     fn schedule(&mut self, slot: u32, step: u64) {
         let at = step + AGE * self.refresh;
-        self.due_at[slot as usize] = at;
+        self.meta[slot as usize].due_at = at;
         self.due.push_back((at, slot));
     }
 
@@ -512,7 +537,7 @@ impl RowCache {
         for &k in keys {
             match self.slot_of.get(k) {
                 Some(s) => {
-                    self.used[s as usize] = step;
+                    self.meta[s as usize].used = step;
                     adm.slots.push(s);
                 }
                 None => {
@@ -536,19 +561,19 @@ impl RowCache {
             let slot = match Some(adm.slots[i]).filter(|&s| s != NO_SLOT) {
                 Some(s) => {
                     let si = s as usize;
-                    self.touches[si] += 1;
-                    let old = self.touches[si] > self.refresh as u32
-                        || step - self.fetched[si] >= AGE * self.refresh;
+                    self.meta[si].touches += 1;
+                    let old = self.meta[si].touches > self.refresh as u32
+                        || step - self.meta[si].fetched >= AGE * self.refresh;
                     // A row whose read is under way is as fresh as it will get.
-                    if old && !self.awaiting[si] {
+                    if old && !self.meta[si].awaiting {
                         // Too old to read: push what it learnt, read it again.
-                        if self.due_at[si] != CLEAN {
+                        if self.meta[si].due_at != CLEAN {
                             self.take_delta(s, adm);
                         }
                         adm.fetch.push((s, k, false));
-                        self.awaiting[si] = true;
-                        self.fetched[si] = step;
-                        self.touches[si] = 1;
+                        self.meta[si].awaiting = true;
+                        self.meta[si].fetched = step;
+                        self.meta[si].touches = 1;
                         adm.refreshes += 1;
                     } else {
                         adm.hits += 1;
@@ -559,22 +584,22 @@ impl RowCache {
                     let s = self.free.pop().expect("room was made above");
                     let si = s as usize;
                     self.slot_of.insert(k, s);
-                    self.key[si] = k;
-                    self.fetched[si] = step;
-                    self.touches[si] = 1;
-                    self.uses[si] = 0;
-                    self.refs[si] = 0;
-                    self.awaiting[si] = true;
+                    self.meta[si].key = k;
+                    self.meta[si].fetched = step;
+                    self.meta[si].touches = 1;
+                    self.meta[si].uses = 0;
+                    self.meta[si].refs = 0;
+                    self.meta[si].awaiting = true;
                     adm.fetch.push((s, k, true));
                     adm.misses += 1;
                     s
                 }
             };
             let si = slot as usize;
-            self.used[si] = step;
-            self.uses[si] = self.uses[si].saturating_add(1);
-            self.refs[si] = self.refs[si].saturating_add(refs[i]);
-            if self.due_at[si] == CLEAN {
+            self.meta[si].used = step;
+            self.meta[si].uses = self.meta[si].uses.saturating_add(1);
+            self.meta[si].refs = self.meta[si].refs.saturating_add(refs[i]);
+            if self.meta[si].due_at == CLEAN {
                 self.schedule(slot, step);
             }
             adm.slots[i] = slot;
@@ -586,12 +611,12 @@ impl RowCache {
             }
             self.due.pop_front();
             let si = s as usize;
-            if self.due_at[si] != at || self.key[si] == EMPTY {
+            if self.meta[si].due_at != at || self.meta[si].key == EMPTY {
                 continue;
             }
             self.take_delta(s, adm);
             // A batch still on the pool may add to it after this: push the rest later.
-            if self.used[si] >= oldest_pending.min(step) {
+            if self.meta[si].used >= oldest_pending.min(step) {
                 self.schedule(s, step);
             }
         }
@@ -605,7 +630,7 @@ impl RowCache {
         let mut cand: Vec<u32> = (0..self.capacity() as u32)
             .filter(|&s| {
                 let s = s as usize;
-                self.key[s] != EMPTY && self.used[s] < pinned && !self.awaiting[s]
+                self.meta[s].key != EMPTY && self.meta[s].used < pinned && !self.meta[s].awaiting
             })
             .collect();
         let n = need.max(self.capacity() / 8).min(cand.len());
@@ -613,22 +638,22 @@ impl RowCache {
             return;
         }
         if n < cand.len() {
-            cand.select_nth_unstable_by_key(n - 1, |&s| self.uses[s as usize]);
+            cand.select_nth_unstable_by_key(n - 1, |&s| self.meta[s as usize].uses);
         }
         for (j, &s) in cand[..n].iter().enumerate() {
             if let Some(&next) = cand[..n].get(j + AHEAD) {
                 self.prefetch(next);
             }
             let si = s as usize;
-            if self.due_at[si] != CLEAN {
+            if self.meta[si].due_at != CLEAN {
                 self.take_delta(s, adm);
             }
-            self.slot_of.remove(self.key[si]);
-            self.key[si] = EMPTY;
+            self.slot_of.remove(self.meta[si].key);
+            self.meta[si].key = EMPTY;
             self.free.push(s);
         }
-        for u in &mut self.uses {
-            *u /= 2;
+        for m in &mut self.meta {
+            m.uses /= 2;
         }
         adm.evictions += n as u64;
     }
@@ -655,14 +680,14 @@ impl RowCache {
             cells::add_to(cells, &self.row);
         }
         base.copy_from_slice(fresh);
-        self.awaiting[s] = false;
+        self.meta[s].awaiting = false;
     }
 
     /// Every delta not yet pushed (end of training, checkpoints: after the pool has drained).
     pub fn flush(&mut self, adm: &mut Admission) {
         adm.clear();
         for s in 0..self.capacity() as u32 {
-            if self.key[s as usize] != EMPTY && self.due_at[s as usize] != CLEAN {
+            if self.meta[s as usize].key != EMPTY && self.meta[s as usize].due_at != CLEAN {
                 self.take_delta(s, adm);
             }
         }
@@ -825,13 +850,13 @@ mod tests {
         c.add((1, 4), &[5.0, 5.0], 100_000);
         c.add((0, 4), &[3.0, -2.0], 1000);
         c.add((0, 4), &[2.0, 3.0], 1000);
-        // Row (1, 7), norm^2 0: no curvature, the whole sum.
-        c.add((1, 7), &[1.0, 1.0], 3);
-        c.add((1, 7), &[2.0, 0.0], 3);
-        // Row (0, 9), norm^2 1: two copies of 5 updates: c(10) / 2 c(5) = (1 + e^-0.5) / 2.
-        c.add((0, 9), &[3.0, 3.0], 5);
-        c.add((0, 9), &[3.0, 0.0], 5);
-        let norm2 = |row: (usize, usize)| if row == (1, 7) { 0.0 } else { 1.0 };
+        // Row (1, 6), norm^2 0: no curvature, the whole sum.
+        c.add((1, 6), &[1.0, 1.0], 3);
+        c.add((1, 6), &[2.0, 0.0], 3);
+        // Row (0, 8), norm^2 1: two copies of 5 updates: c(10) / 2 c(5) = (1 + e^-0.5) / 2.
+        c.add((0, 8), &[3.0, 3.0], 5);
+        c.add((0, 8), &[3.0, 0.0], 5);
+        let norm2 = |row: (usize, usize)| if row == (1, 6) { 0.0 } else { 1.0 };
         let mut got = Vec::new();
         let scaled = c.drain(
             0.1,
@@ -843,8 +868,8 @@ mod tests {
         let want = [
             ((0, 4), [2.0, 1.0], 3),
             ((1, 4), [5.0, 5.0], 1),
-            ((1, 7), [3.0, 1.0], 2),
-            ((0, 9), [6.0 * f, 3.0 * f], 2),
+            ((1, 6), [3.0, 1.0], 2),
+            ((0, 8), [6.0 * f, 3.0 * f], 2),
         ];
         assert_eq!(got.len(), want.len());
         for ((row, d, k), (wrow, wd, wk)) in got.iter().zip(want) {
@@ -853,7 +878,7 @@ mod tests {
                 assert!((x - y).abs() < 1e-5, "{row:?}: {d:?} against {wd:?}");
             }
         }
-        // Only row (0, 4) went below half its sum (f is 0.80 for row (0, 9)).
+        // Only row (0, 4) went below half its sum (f is 0.80 for row (0, 8)).
         assert_eq!(scaled, 3);
         // The next exchange starts afresh: no row carries its updates over.
         c.add((0, 4), &[1.0, 1.0], 1);
