@@ -27,6 +27,7 @@ impl<M: model::Model> Trainer<'_, M> {
             let recv = comm.all_to_all_v(send);
             self.m.seconds.push += t.secs();
             self.absorb(recv, seq, adm);
+            self.launch_ready();
             return asked;
         }
         // The exchange a step ago: its walkers, deltas, requests and rows.
@@ -38,7 +39,19 @@ impl<M: model::Model> Trainer<'_, M> {
         });
         let (send, asked) = self.encode_exchange(adm, arrived);
         self.posted = Some((comm.post(Channel::Rows, send), seq));
+        // The batch whose rows just arrived trains now, while the peers take this exchange:
+        // with one thread per rank, training before the post kept every peer waiting for it
+        // (its answers then miss this batch's updates of this rank's rows, as they may with a
+        // pool).
+        self.launch_ready();
         asked
+    }
+
+    /// Launch the batch the last absorbed exchange brought the rows of, if any.
+    pub(super) fn launch_ready(&mut self) {
+        if let Some(d) = self.ready.take() {
+            self.launch_cached(d.planned, d.lr, d.step);
+        }
     }
 
     /// Let the sends of the last collected exchange move on while this rank computes: over TCP
@@ -306,9 +319,8 @@ impl<M: model::Model> Trainer<'_, M> {
             .map_or(0, |d| d.asked.iter().map(Vec::len).sum::<usize>())
             as u64;
         self.m.seconds.fetch += t.secs();
-        if let Some(d) = waiting {
-            self.launch_cached(d.planned, d.lr, d.step);
-        }
+        debug_assert!(self.ready.is_none(), "a batch was left unlaunched");
+        self.ready = waiting;
         walkers
     }
 }

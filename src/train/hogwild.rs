@@ -283,6 +283,7 @@ impl<M: model::Model> Trainer<'_, M> {
             self.exchange(&adm);
             self.adm = adm;
         }
+        self.launch_ready();
         self.carry = carry;
         while let Some(prev) = self.pending.pop_front() {
             self.finish(prev, lr);

@@ -134,6 +134,9 @@ pub struct Trainer<'a, M: model::Model> {
     /// it), and the rows other ranks asked this rank for (per source rank, row heads),
     /// answered in the next exchange it sends.
     deferred: std::collections::VecDeque<Deferred<M::Plan>>,
+    /// The batch whose rows the last absorbed exchange brought: launched once this rank's
+    /// next exchange is posted, so that the peers' steps do not wait for its training.
+    ready: Option<Deferred<M::Plan>>,
     to_answer: Vec<Vec<u32>>,
     /// The deltas of the exchange being absorbed, combined per row (`cache::Combine`).
     combine: Combine,
@@ -268,6 +271,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             carry: None,
             carried: None,
             deferred: Default::default(),
+            ready: None,
             to_answer: vec![Vec::new(); comm.size()],
             combine: Combine::new(cfg.dim),
             lr_now: cfg.lr,
