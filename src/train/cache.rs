@@ -374,8 +374,9 @@ pub struct RowCache {
 /// the cache (4 bytes per key, at most a sixteenth of the copies' bytes: `--dim` 128 and up to 16
 /// ranks keeping copies, with the default cache size); a hash map otherwise (a billion nodes over
 /// 80 ranks). A table lookup is one read where the map's probe missed the caches: at 2 simulated
-/// nodes the map's lookups in [`RowCache::admit`] were 3.2% of the ranks' CPU time.
-enum Directory {
+/// nodes the map's lookups in [`RowCache::admit`] were 3.2% of the ranks' CPU time. Planning
+/// numbers a batch's remote rows through one too (`slots::KeySlots`).
+pub(super) enum Directory {
     Table { slot: Vec<u32>, len: usize },
     Map(FxHashMap<u64, u32>),
 }
@@ -394,7 +395,7 @@ impl Directory {
         key_space.saturating_mul(4) <= RowCache::bytes(capacity, dim) / 16
     }
 
-    fn table(key_space: u64) -> Directory {
+    pub(super) fn table(key_space: u64) -> Directory {
         Directory::Table {
             slot: vec![NO_SLOT; key_space as usize],
             len: 0,
@@ -402,7 +403,7 @@ impl Directory {
     }
 
     #[inline]
-    fn get(&self, k: u64) -> Option<u32> {
+    pub(super) fn get(&self, k: u64) -> Option<u32> {
         match self {
             Directory::Table { slot, .. } => {
                 slot.get(k as usize).copied().filter(|&s| s != NO_SLOT)
@@ -411,7 +412,7 @@ impl Directory {
         }
     }
 
-    fn insert(&mut self, k: u64, s: u32) {
+    pub(super) fn insert(&mut self, k: u64, s: u32) {
         match self {
             Directory::Table { slot, len } => {
                 *len += usize::from(slot[k as usize] == NO_SLOT);
@@ -423,7 +424,7 @@ impl Directory {
         }
     }
 
-    fn remove(&mut self, k: u64) {
+    pub(super) fn remove(&mut self, k: u64) {
         match self {
             Directory::Table { slot, len } => {
                 *len -= usize::from(slot[k as usize] != NO_SLOT);
@@ -435,7 +436,7 @@ impl Directory {
         }
     }
 
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         match self {
             Directory::Table { len, .. } => *len,
             Directory::Map(m) => m.len(),
