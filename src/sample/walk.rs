@@ -527,19 +527,8 @@ impl WalkEngine {
         self.in_transit = 0;
     }
 
-    /// [`WalkEngine::superstep`] without its exchanges: returns the encoded walkers and runs of
-    /// tokens to ship, per destination rank, for the caller to send (with other data of the
-    /// step) and hand to the receivers' [`WalkEngine::deliver`]. The segments of the sentences
-    /// completed here (by the last delivery and this superstep's own runs) go to `out_segs`. node2vec
-    /// walkers that wait for an answer are held for [`WalkEngine::queries`] and
-    /// [`WalkEngine::resolve`], which add the accepted ones to the same buffers.
-    pub fn superstep_local(
-        &mut self,
-        g: &LocalGraph,
-        rng: &mut Rng,
-        out_segs: &mut Segments,
-    ) -> (StepOut, Vec<Vec<u8>>) {
-        out_segs.append(&mut self.ready);
+    /// Start walks until `in_flight` of this rank's walks are under way (or none is left).
+    fn start_walks(&mut self, g: &LocalGraph) {
         let n = g.num_local() as u64;
         while self.sentences.live() < self.params.in_flight && self.next_start < self.total_starts {
             let s = self.next_start;
@@ -558,6 +547,22 @@ impl WalkEngine {
             });
             self.next_start += 1;
         }
+    }
+
+    /// [`WalkEngine::superstep`] without its exchanges: returns the encoded walkers and runs of
+    /// tokens to ship, per destination rank, for the caller to send (with other data of the
+    /// step) and hand to the receivers' [`WalkEngine::deliver`]. The segments of the sentences
+    /// completed here (by the last delivery and this superstep's own runs) go to `out_segs`. node2vec
+    /// walkers that wait for an answer are held for [`WalkEngine::queries`] and
+    /// [`WalkEngine::resolve`], which add the accepted ones to the same buffers.
+    pub fn superstep_local(
+        &mut self,
+        g: &LocalGraph,
+        rng: &mut Rng,
+        out_segs: &mut Segments,
+    ) -> (StepOut, Vec<Vec<u8>>) {
+        out_segs.append(&mut self.ready);
+        self.start_walks(g);
         let home = Home {
             rank: self.rank,
             ids: self.ids,
