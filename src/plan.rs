@@ -11,8 +11,8 @@
 //! Traffic of the sharded strategy follows its row cache: a rank reads each remote row it
 //! touches once, then re-reads a copy when its clock (`--cache-refresh`, by default 32 / nodes)
 //! runs out, so re-reads are a share of the remote rows' uses that grows with the node count;
-//! every read moves the row and (almost always) a delta, and walkers cross, the tokens of their
-//! stay going to their home. A use is a distinct row of a rank's batch: as a rank's share of the batch shrinks
+//! every read moves the row and (almost always) a delta, and walkers cross with their waiting
+//! tokens. A use is a distinct row of a rank's batch: as a rank's share of the batch shrinks
 //! with more ranks, its batch holds fewer duplicates and the uses per pair grow (measured by
 //! the half-batch counter `remote_uses_half`). The replicated strategy all-gathers the rows
 //! each batch touched.
@@ -112,7 +112,7 @@ pub struct Rates {
     /// Sharded: deltas pushed per row read.
     pub pushes_per_read: f64,
     /// Walks, sharded: walker crossings per pair, per unit of the remote fraction, and the
-    /// bytes a crossing sends (the walker and the tokens of its stay, for its home).
+    /// bytes a crossing sends (the walker and its waiting tokens).
     pub crossings_per_pair: f64,
     pub bytes_per_crossing: f64,
     /// Sharded: bytes a rank sends per step besides rows, deltas and walkers (the negative

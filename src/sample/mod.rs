@@ -5,8 +5,6 @@ pub mod alias;
 pub mod edges;
 pub mod negatives;
 pub mod neighbors;
-mod records;
-mod sentence;
 pub mod walk;
 
 use rand_xoshiro::Xoshiro256PlusPlus;

@@ -2,45 +2,41 @@
 //! node its current rank owns (with `node_walks`, a node of any rank on its machine, whose
 //! adjacency is mapped here: `graph::node`): it picks the next node from that adjacency and is
 //! shipped to the next node's owner in one aggregated exchange per superstep when the owner is
-//! elsewhere. The tokens of its stay go to its home, the rank it started on, which assembles
-//! the walk's sentence and trains it (`sentence`): a crossing moves a fixed record and the
-//! tokens of one stay, not the whole walk so far.
+//! elsewhere, carrying its tokens not yet trained.
 //!
 //! Skip-gram pairs follow word2vec exactly, streamed: each kept token draws its reduced window
 //! `w - b`, `b ~ U[0, w)`; a token b is predicted (output row) from every input token a at
-//! distance d <= win(b) on either side. The home emits a walk's kept tokens in segments of up
-//! to `CARRY`, each led by the `window` tokens before it (context, already trained); a segment's
-//! pairs are those with at least one token new (`Segments::pairs`). Frequent nodes are
-//! subsampled as word2vec does (`keep` per node).
+//! distance d <= win(b) on either side. A walker carries its kept tokens (up to `CARRY`, across
+//! ranks) and then emits them as a segment led by the `window` tokens before them (context,
+//! already trained); a segment's pairs are those with at least one token new
+//! (`Segments::pairs`). Frequent nodes are subsampled as word2vec does (`keep` per node).
 //!
 //! node2vec uses KnightKing's rejection sampling: propose x from the current node's neighbours,
 //! accept with probability a(t, x) / max(1/p, 1, 1/q). Only when the outcome depends on whether x
 //! is a neighbour of the previous node t, and t lives on another rank, is a query sent to t's owner.
 //!
-//! The engine does no communication: a superstep returns the walkers that leave and the runs of
-//! tokens for other homes ([`WalkEngine::superstep_local`]) and, for node2vec, the queries for
-//! other ranks ([`WalkEngine::queries`]); the driver moves them, the owners answer
-//! ([`WalkEngine::answer`]), and the engine takes the answers ([`WalkEngine::resolve`]) and what
-//! arrived ([`WalkEngine::deliver`]). [`WalkEngine::superstep`] runs the whole round over an
-//! all-to-all the driver passes in.
+//! The engine does no communication: a superstep returns the walkers that leave
+//! ([`WalkEngine::superstep_local`]) and, for node2vec, the queries for other ranks
+//! ([`WalkEngine::queries`]); the driver moves them, the owners answer ([`WalkEngine::answer`]),
+//! and the engine takes the answers ([`WalkEngine::resolve`]) and the walkers that arrived
+//! ([`WalkEngine::deliver`]). [`WalkEngine::superstep`] runs the whole round over an all-to-all
+//! the driver passes in.
 
 use rand::{Rng as _, RngExt};
 
-use super::records::{encode_run, item, u64_at_slice, Ids, Item, Record};
-use super::sentence::Sentences;
 use super::Rng;
 use crate::graph::csr::Nbrs;
 use crate::graph::node::NodeGraph;
 use crate::graph::{LocalGraph, NodeId};
 
-pub(super) const NONE: u64 = u64::MAX;
+const NONE: u64 = u64::MAX;
 
-/// A walk's home emits its kept tokens in segments of this many (and the rest at its end): a
-/// walk of up to this length trains whole, as word2vec trains a sentence, and a longer one in
-/// long segments (each segment's first `window` tokens are context, trained before). With
-/// `--window` at most 64 a checkpoint's walker record holds at most 192 tokens (its count is one
-/// byte). BlogCatalog 10 x 80 at 4 ranks: 1.54M pairs/s at 64, 1.62M at 128, 0.70M when every
-/// superstep emitted its tokens (docs/performance.md).
+/// A walker carries up to this many kept tokens before they are emitted (and at its end), across
+/// ranks: a walk then trains in long segments even when it changes rank every step or two (each
+/// segment's first `window` tokens are context, trained before), and a walk of up to this length
+/// trains whole, as word2vec trains a sentence. With `--window` at most 64 a walker record holds
+/// at most 192 tokens (its count is one byte). BlogCatalog 10 x 80 at 4 ranks: 1.54M pairs/s at
+/// 64, 1.62M at 128, 0.70M when every superstep emitted its tokens (docs/performance.md).
 pub const CARRY: usize = 128;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -50,19 +46,55 @@ pub struct Walker {
     pub cur: u64,
     /// Nodes visited so far, `cur` included.
     pub step: u32,
-    /// `cur` has been visited (its token taken); only the move is pending.
+    /// `cur` has been visited (pairs emitted); only the move is pending.
     pub visited: bool,
-    /// The rank that assembles the walk's sentence (where it started or was resumed) and the
-    /// sentence's slot there.
-    pub home: u32,
-    pub slot: u32,
-    /// Tokens kept so far since the home opened the sentence: the place of the next one.
-    pub kept: u32,
-    /// Tokens (node, reduced window) kept during this stay, not yet handed to the home.
+    /// Kept tokens (node, reduced window), oldest first: `trained` already emitted (the last
+    /// `window` of them, the context of what follows), then the tokens not yet emitted.
     pub hist: Vec<(u64, u32)>,
+    pub trained: u32,
 }
 
 impl Walker {
+    /// The checkpoint record: every id in 8 bytes.
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.encode_ids(out, Ids::Wide);
+    }
+
+    /// The record in `ids`' width: `Ids::Narrow` (4-byte node ids, for graphs of fewer than
+    /// 2^32 nodes) on the wire, where a walker crosses with its waiting tokens.
+    fn encode_ids(&self, out: &mut Vec<u8>, ids: Ids) {
+        let iw = ids.width();
+        let node = |out: &mut [u8], v: u64| match ids {
+            Ids::Wide => out.copy_from_slice(&v.to_le_bytes()),
+            // NONE (no previous node) keeps its meaning as u32::MAX.
+            Ids::Narrow => out.copy_from_slice(&(v as u32).to_le_bytes()),
+        };
+        // The record's size first, then its fields in place: one reservation, no per-byte
+        // growth checks (walkers crossing with their tokens were 2% of a rank's CPU time at 2
+        // simulated nodes).
+        let (at, len) = (out.len(), Walker::record_len(self.hist.len(), ids));
+        out.resize(at + len, 0);
+        let rec = &mut out[at..];
+        rec[..8].copy_from_slice(&self.id.to_le_bytes());
+        node(&mut rec[8..8 + iw], self.prev);
+        node(&mut rec[8 + iw..8 + 2 * iw], self.cur);
+        let h = 8 + 2 * iw;
+        rec[h..h + 4].copy_from_slice(&self.step.to_le_bytes());
+        rec[h + 4] = u8::from(self.visited);
+        rec[h + 5] = self.hist.len() as u8;
+        rec[h + 6] = self.trained as u8;
+        for (t, &(n, w)) in rec[h + 7..].chunks_exact_mut(iw + 1).zip(&self.hist) {
+            node(&mut t[..iw], n);
+            t[iw] = w as u8;
+        }
+    }
+
+    /// Bytes of a record of `tokens` tokens with node ids of width `ids`.
+    fn record_len(tokens: usize, ids: Ids) -> usize {
+        let iw = ids.width();
+        8 + 2 * iw + 7 + (iw + 1) * tokens
+    }
+
     /// Move to `x` (not yet visited).
     fn step_to(&mut self, x: u64) {
         self.prev = self.cur;
@@ -70,8 +102,97 @@ impl Walker {
         self.step += 1;
         self.visited = false;
     }
+
+    /// Decode bytes from a file: None unless they are a well-formed walker within the limits.
+    fn try_decode(b: &[u8], num_nodes: u64, window: u32) -> Option<(Walker, usize)> {
+        let n = *b.get(29)? as usize;
+        let trained = *b.get(30)? as usize;
+        let len = Walker::record_len(n, Ids::Wide);
+        if b.len() < len || trained > n.min(window as usize) || n - trained > CARRY || b[28] > 1 {
+            return None;
+        }
+        let (w, used) = Walker::decode(&b[..len]);
+        let ok = w.cur < num_nodes
+            && (w.prev < num_nodes || w.prev == NONE)
+            && w.hist.iter().all(|&(v, r)| v < num_nodes && r <= window);
+        ok.then_some((w, used))
+    }
+
+    fn decode(b: &[u8]) -> (Walker, usize) {
+        Walker::decode_ids(b, Ids::Wide)
+    }
+
+    /// Decode a record of `encode_ids(.., ids)`; returns the walker and the bytes used.
+    fn decode_ids(b: &[u8], ids: Ids) -> (Walker, usize) {
+        Walker::decode_into(b, ids, Vec::new())
+    }
+
+    /// [`Walker::decode_ids`] into `hist`'s allocation (cleared), reserved for the tokens the
+    /// walker may take before it emits them, so that it never grows.
+    fn decode_into(b: &[u8], ids: Ids, mut hist: Vec<(u64, u32)>) -> (Walker, usize) {
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        let iw = ids.width();
+        let node_at = |t: &[u8]| match ids {
+            Ids::Wide => u64::from_le_bytes(t[..8].try_into().expect("8 bytes")),
+            Ids::Narrow => match u32::from_le_bytes(t[..4].try_into().expect("4 bytes")) {
+                u32::MAX => NONE,
+                v => u64::from(v),
+            },
+        };
+        let at = 8 + 2 * iw;
+        let step = u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        let visited = b[at + 4] != 0;
+        let n = b[at + 5] as usize;
+        let h = at + 7;
+        let end = h + (iw + 1) * n;
+        hist.clear();
+        hist.reserve(n + CARRY);
+        hist.extend(
+            b[h..end]
+                .chunks_exact(iw + 1)
+                .map(|t| (node_at(t), u32::from(t[iw]))),
+        );
+        let w = Walker {
+            id: u64_at(0),
+            prev: node_at(&b[8..]),
+            cur: node_at(&b[8 + iw..]),
+            step,
+            visited,
+            hist,
+            trained: u32::from(b[at + 6]),
+        };
+        (w, end)
+    }
 }
 
+/// The width of node ids in a walker record.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Ids {
+    /// 8 bytes (checkpoints, graphs of 2^32 nodes or more).
+    Wide,
+    /// 4 bytes, u32::MAX for "none".
+    Narrow,
+}
+
+impl Ids {
+    fn width(self) -> usize {
+        match self {
+            Ids::Wide => 8,
+            Ids::Narrow => 4,
+        }
+    }
+
+    /// Narrow ids when every node id and "none" fit in a u32.
+    fn for_nodes(num_nodes: u64) -> Ids {
+        if num_nodes < u64::from(u32::MAX) {
+            Ids::Narrow
+        } else {
+            Ids::Wide
+        }
+    }
+}
+
+/// What a superstep produced on this rank.
 #[derive(Default, Debug)]
 pub struct StepOut {
     /// Walkers still walking on this rank after the exchange.
@@ -87,11 +208,7 @@ pub struct WalkParams {
     pub window: u32,
     pub walks_per_node: u32,
     pub node2vec: Option<(f32, f32)>,
-    /// Walks this rank is home to kept in flight (started, not yet trained whole): a rank
-    /// starts walks as its own end, so that each trains at the same pace wherever its walkers
-    /// are (counting the walkers present instead started fewer walks on the ranks that host
-    /// more of others': at 4 simulated nodes one rank trained its share by 10 s and another
-    /// by 19.6 s, the first waiting on the second's exchanges).
+    /// Walkers kept in flight per rank.
     pub in_flight: usize,
     /// Steps a walker may take in one superstep while it stays on this rank (>= 1). Several
     /// steps emit a walk's pairs back to back, as word2vec trains a sentence: the rows of a
@@ -118,14 +235,6 @@ impl Segments {
     pub fn clear(&mut self) {
         self.tokens.clear();
         self.segs.clear();
-    }
-
-    /// Move `other`'s segments after these.
-    pub fn append(&mut self, other: &mut Segments) {
-        let base = self.tokens.len() as u32;
-        self.segs
-            .extend(other.segs.drain(..).map(|(lo, h)| (lo + base, h)));
-        self.tokens.append(&mut other.tokens);
     }
 
     /// Segment `s` as (its tokens, number of leading history tokens).
@@ -211,10 +320,6 @@ pub struct WalkEngine {
     asks: Vec<(usize, Walker, u64, f32)>,
     /// Token buffers of walkers that left or ended, for the walkers that arrive or start.
     spare: Vec<Vec<(u64, u32)>>,
-    /// The sentences of the walks whose home this rank is.
-    sentences: Sentences,
-    /// Segments the runs delivered since the last superstep completed, for the next one.
-    ready: Segments,
     /// Test hook: every visit as (walker id, step, node).
     pub trace: Option<Vec<(u64, u32, u64)>>,
 }
@@ -244,7 +349,6 @@ impl WalkEngine {
         };
         let keep = (0..n).map(|i| keep_rule.of(g.degree(i))).collect();
         let node = node.filter(|_| params.node_walks);
-        let params_window = params.window;
         WalkEngine {
             keep_rule,
             node,
@@ -261,26 +365,13 @@ impl WalkEngine {
             ids: Ids::for_nodes(g.num_nodes()),
             asks: Vec::new(),
             spare: Vec::new(),
-            sentences: Sentences::new(params_window),
-            ready: Segments::default(),
             trace: None,
         }
     }
 
-    /// Test hook: record every segment emitted here as (walk id, tokens, leading context).
-    #[cfg(test)]
-    fn trace_sentences(&mut self) {
-        self.sentences.trace = Some(Vec::new());
-    }
-
-    /// Walks not yet started, walking on this rank or in transit from it, or whose home this
-    /// rank is and that are not yet trained whole: 0 on every rank when the walks are done.
+    /// Walks not yet started or still walking on this rank.
     pub fn pending(&self) -> u64 {
-        self.total_starts - self.next_start
-            + self.walkers.len() as u64
-            + self.in_transit
-            + self.sentences.live() as u64
-            + self.ready.segs.len() as u64
+        self.total_starts - self.next_start + self.walkers.len() as u64 + self.in_transit
     }
 
     /// This rank's start cursor and its total starts per epoch.
@@ -288,115 +379,37 @@ impl WalkEngine {
         (self.next_start, self.total_starts)
     }
 
-    /// Walkers in `b`, a walk buffer as `superstep_local` encodes it for another rank of a
-    /// graph of `num_nodes` nodes (walkers and runs of tokens; only the walkers are counted).
+    /// Walkers in `b`, bytes of walkers as `superstep_local` encodes them for another rank of a
+    /// graph of `num_nodes` nodes (counted without decoding).
     pub fn count_encoded(b: &[u8], num_nodes: u64) -> u64 {
-        let ids = Ids::for_nodes(num_nodes);
+        let iw = Ids::for_nodes(num_nodes).width();
         let (mut o, mut n) = (0, 0);
-        while o < b.len() {
-            let (it, used) = item(&b[o..], ids);
-            n += u64::from(matches!(it, Item::Walker(_)));
-            o += used;
+        while o + 8 + 2 * iw + 7 <= b.len() {
+            let hist = b[o + 8 + 2 * iw + 5] as usize;
+            o += 8 + 2 * iw + 7 + hist * (iw + 1);
+            n += 1;
         }
         n
     }
 
-    /// Collective, for a checkpoint, step 1 of 3: per home rank, the sentence slots of the
-    /// walkers here (every walker has handed its tokens to its home between supersteps).
-    pub fn checkpoint_asks(&self) -> Vec<Vec<u8>> {
-        let mut asks = vec![Vec::new(); self.ranks];
-        for w in &self.walkers {
-            debug_assert!(w.hist.is_empty() && self.asks.is_empty());
-            asks[w.home as usize].extend_from_slice(&w.slot.to_le_bytes());
-        }
-        asks
-    }
-
-    /// Step 2: the home's answers, per asking rank in its order: each sentence's tokens from
-    /// its context on (`Record`'s token layout after a count and the trained count).
-    pub fn checkpoint_answers(&self, asks: &[Vec<u8>]) -> Vec<Vec<u8>> {
-        asks.iter()
-            .map(|a| {
-                let mut out = Vec::new();
-                for c in a.chunks_exact(4) {
-                    let slot = u32::from_le_bytes(c.try_into().expect("4 bytes"));
-                    let s = self
-                        .sentences
-                        .get(slot)
-                        .expect("a walker's sentence is open");
-                    out.push(s.toks.len() as u8);
-                    out.push(s.trained as u8);
-                    for &(n, w) in &s.toks {
-                        out.extend_from_slice(&n.to_le_bytes());
-                        out.push(w as u8);
-                    }
-                }
-                out
-            })
-            .collect()
-    }
-
-    /// Step 3: the checkpoint's records of the walks in flight here: each walker with its
-    /// sentence (`answers` per home), and the segments completed here and not yet trained as
-    /// walks that end at once (standing on a node of this rank).
-    pub fn encode_walkers(&self, g: &LocalGraph, answers: &[Vec<u8>]) -> Vec<u8> {
+    /// The walkers in flight, encoded (for a checkpoint).
+    pub fn encode_walkers(&self) -> Vec<u8> {
         let mut b = Vec::new();
-        let mut at = vec![0usize; answers.len()];
         for w in &self.walkers {
-            let (a, o) = (&answers[w.home as usize], &mut at[w.home as usize]);
-            let (n, trained) = (a[*o] as usize, a[*o + 1]);
-            let hist = a[*o + 2..*o + 2 + 9 * n]
-                .chunks_exact(9)
-                .map(|t| (u64_at_slice(t), u32::from(t[8])))
-                .collect();
-            *o += 2 + 9 * n;
-            let r = Record {
-                id: w.id,
-                prev: w.prev,
-                cur: w.cur,
-                step: w.step,
-                visited: w.visited,
-                hist,
-                trained: u32::from(trained),
-            };
-            r.encode(&mut b);
-        }
-        for s in 0..self.ready.segs.len() {
-            let (toks, h) = self.ready.segment(s);
-            let r = Record {
-                id: self.rank as u64,
-                prev: NONE,
-                cur: g.part.global(self.rank, 0),
-                step: self.params.walk_length,
-                visited: true,
-                hist: toks.to_vec(),
-                trained: h as u32,
-            };
-            r.encode(&mut b);
+            w.encode(&mut b);
         }
         b
     }
 
     /// Continue an epoch from a checkpoint: `next_start` starts taken, these walkers in flight
-    /// (each standing on a node of this rank; their sentences open here).
+    /// (each standing on a node this rank owns).
     pub fn resume(&mut self, next_start: u64, walkers: &[u8]) {
         self.next_start = next_start.min(self.total_starts);
         let mut o = 0;
         while o < walkers.len() {
-            let (r, used) = Record::decode(&walkers[o..]);
+            let (w, used) = Walker::decode(&walkers[o..]);
             o += used;
-            let slot = self.sentences.open(r.id, &r.hist, r.trained);
-            self.walkers.push(Walker {
-                id: r.id,
-                prev: r.prev,
-                cur: r.cur,
-                step: r.step,
-                visited: r.visited,
-                home: self.rank as u32,
-                slot,
-                kept: r.hist.len() as u32,
-                hist: Vec::new(),
-            });
+            self.walkers.push(w);
         }
     }
 
@@ -410,7 +423,7 @@ impl WalkEngine {
         let mut out = vec![Vec::new(); part.ranks()];
         let mut o = 0;
         while o < bytes.len() {
-            let (w, used) = Record::try_decode(&bytes[o..], part.num_nodes(), window)
+            let (w, used) = Walker::try_decode(&bytes[o..], part.num_nodes(), window)
                 .ok_or_else(|| format!("malformed walker record at byte {o}"))?;
             o += used;
             w.encode(&mut out[part.owner(w.cur)]);
@@ -500,59 +513,23 @@ impl WalkEngine {
         }
     }
 
-    /// Walkers and runs of tokens that arrived from other ranks (the buffers of
-    /// `superstep_local`'s exchange, in source order). Sentences they complete train in the
-    /// next superstep.
+    /// Walkers that arrived from other ranks (the buffers of `superstep_local`'s exchange).
     pub fn deliver<'b>(&mut self, bufs: impl Iterator<Item = &'b [u8]>) {
         for b in bufs {
             let mut o = 0;
             while o < b.len() {
-                let (it, used) = item(&b[o..], self.ids);
+                let hist = self.spare.pop().unwrap_or_default();
+                let (w, used) = Walker::decode_into(&b[o..], self.ids, hist);
                 o += used;
-                match it {
-                    Item::Walker(rec) => {
-                        let hist = self.spare.pop().unwrap_or_default();
-                        self.walkers.push(Walker::decode_wire(rec, self.ids, hist));
-                    }
-                    Item::Run(slot, pos, end, toks) => {
-                        let (ids, iw) = (self.ids, self.ids.width());
-                        let run = toks
-                            .chunks_exact(iw + 1)
-                            .map(|t| (ids.get(t), u32::from(t[iw])));
-                        self.sentences.add(slot, pos, run, end, &mut self.ready);
-                    }
-                }
+                self.walkers.push(w);
             }
         }
         self.in_transit = 0;
     }
 
-    /// Start walks until `in_flight` of this rank's walks are under way (or none is left).
-    fn start_walks(&mut self, g: &LocalGraph) {
-        let n = g.num_local() as u64;
-        while self.sentences.live() < self.params.in_flight && self.next_start < self.total_starts {
-            let s = self.next_start;
-            let local = self.order[(s % n) as usize] as usize;
-            let id = (s << 16) | self.rank as u64;
-            self.walkers.push(Walker {
-                id,
-                prev: NONE,
-                cur: g.part.global(self.rank, local),
-                step: 1,
-                visited: false,
-                home: self.rank as u32,
-                slot: self.sentences.open(id, &[], 0),
-                kept: 0,
-                hist: self.spare.pop().unwrap_or_default(),
-            });
-            self.next_start += 1;
-        }
-    }
-
-    /// [`WalkEngine::superstep`] without its exchanges: returns the encoded walkers and runs of
-    /// tokens to ship, per destination rank, for the caller to send (with other data of the
-    /// step) and hand to the receivers' [`WalkEngine::deliver`]. The segments of the sentences
-    /// completed here (by the last delivery and this superstep's own runs) go to `out_segs`. node2vec
+    /// [`WalkEngine::superstep`] without its exchanges: returns the encoded walkers to ship,
+    /// per destination rank, for the caller to send (with other data of the step) and hand to
+    /// the receivers' [`WalkEngine::deliver`]. Until then they count as pending. node2vec
     /// walkers that wait for an answer are held for [`WalkEngine::queries`] and
     /// [`WalkEngine::resolve`], which add the accepted ones to the same buffers.
     pub fn superstep_local(
@@ -561,12 +538,21 @@ impl WalkEngine {
         rng: &mut Rng,
         out_segs: &mut Segments,
     ) -> (StepOut, Vec<Vec<u8>>) {
-        out_segs.append(&mut self.ready);
-        self.start_walks(g);
-        let home = Home {
-            rank: self.rank,
-            ids: self.ids,
-        };
+        let n = g.num_local() as u64;
+        while self.walkers.len() < self.params.in_flight && self.next_start < self.total_starts {
+            let s = self.next_start;
+            let local = self.order[(s % n) as usize] as usize;
+            self.walkers.push(Walker {
+                id: (s << 16) | self.rank as u64,
+                prev: NONE,
+                cur: g.part.global(self.rank, local),
+                step: 1,
+                visited: false,
+                hist: self.spare.pop().unwrap_or_default(),
+                trained: 0,
+            });
+            self.next_start += 1;
+        }
         let mut out = StepOut::default();
         let mut send = vec![Vec::new(); self.ranks];
         let mut asks = std::mem::take(&mut self.asks);
@@ -612,11 +598,11 @@ impl WalkEngine {
                         } else {
                             self.keep_rule.of(nb.len())
                         };
-                        visit(&self.params, w, keep, rng);
+                        visit(&self.params, w, keep, rng, out_segs);
                         out.tokens += 1;
                     }
                     if w.step >= self.params.walk_length || nb.is_empty() {
-                        home.flush(w, true, &mut self.sentences, &mut send, out_segs);
+                        emit(&self.params, w, out_segs);
                         out.finished += 1;
                         recycle(&mut self.spare, lanes.swap_remove(i).w.hist);
                         continue;
@@ -632,13 +618,11 @@ impl WalkEngine {
                     match propose(&self.params, g, node, self.rank, w, (nb, cum), rng) {
                         Move::Go(x) => Some(x),
                         Move::Retry => {
-                            home.flush(w, false, &mut self.sentences, &mut send, out_segs);
                             let l = lanes.swap_remove(i);
                             self.walkers.push(l.w);
                             continue;
                         }
                         Move::Ask(x, u) => {
-                            home.flush(w, false, &mut self.sentences, &mut send, out_segs);
                             let l = lanes.swap_remove(i);
                             asks.push((g.part.owner(l.w.prev), l.w, x, u));
                             continue;
@@ -657,7 +641,6 @@ impl WalkEngine {
                     prefetch_adjacency(g, node, self.rank, xo, xl);
                     i += 1;
                 } else {
-                    home.flush(w, false, &mut self.sentences, &mut send, out_segs);
                     let l = lanes.swap_remove(i);
                     let o = advance(g, l.w, x, &mut send, self.ids, &mut self.spare);
                     self.in_transit += 1;
@@ -709,53 +692,31 @@ pub(crate) fn prefetch_adjacency(
     }
 }
 
-/// Visit `w.cur`: unless subsampled away (`keep`, its keep probability), add it to the tokens of
-/// the walker's stay.
-fn visit(p: &WalkParams, w: &mut Walker, keep: f32, rng: &mut Rng) {
+/// Visit `w.cur`: unless subsampled away (`keep`, its keep probability), add it to the walker's
+/// tokens; emit them once `CARRY` wait.
+fn visit(p: &WalkParams, w: &mut Walker, keep: f32, rng: &mut Rng, out: &mut Segments) {
     w.visited = true;
     if keep < 1.0 && rng.random::<f32>() >= keep {
         return;
     }
     let win = p.window - rng.random_range(0..p.window);
     w.hist.push((w.cur, win));
-    w.kept += 1;
-}
-
-/// Where the tokens of a walker's stay go when it leaves, waits or ends.
-struct Home {
-    rank: usize,
-    ids: Ids,
-}
-
-impl Home {
-    /// Hand the tokens of `w`'s stay to its home (`end`: the walk ended with them): into the
-    /// sentence here (its segments to `out`) or as a run in `send` for the home rank.
-    fn flush(
-        &self,
-        w: &mut Walker,
-        end: bool,
-        sentences: &mut Sentences,
-        send: &mut [Vec<u8>],
-        out: &mut Segments,
-    ) {
-        if w.hist.is_empty() && !end {
-            return;
-        }
-        let pos = w.kept - w.hist.len() as u32;
-        if w.home as usize == self.rank {
-            sentences.add(w.slot, pos, w.hist.drain(..), end, out);
-        } else {
-            encode_run(
-                &mut send[w.home as usize],
-                w.slot,
-                pos,
-                &w.hist,
-                end,
-                self.ids,
-            );
-            w.hist.clear();
-        }
+    if w.hist.len() - w.trained as usize >= CARRY {
+        emit(p, w, out);
     }
+}
+
+/// Emit the walker's waiting tokens as a segment led by its trained context, and keep the
+/// last `window` tokens as the context of what follows.
+fn emit(p: &WalkParams, w: &mut Walker, out: &mut Segments) {
+    if w.hist.len() == w.trained as usize {
+        return;
+    }
+    out.segs.push((out.tokens.len() as u32, w.trained));
+    out.tokens.extend_from_slice(&w.hist);
+    let drop = w.hist.len().saturating_sub(p.window as usize);
+    w.hist.drain(..drop);
+    w.trained = w.hist.len() as u32;
 }
 
 /// The neighbours (and weight prefix sums) of `owner`'s local node `local`: from this rank's
@@ -823,8 +784,8 @@ fn propose(
     Move::Retry
 }
 
-/// Ship `w`, stepped to `x` (its tokens handed to its home), to the owner of `x` (its token
-/// buffer goes to `spare`); returns that owner.
+/// Ship `w`, stepped to `x`, to the owner of `x` (its token buffer goes to `spare`); returns
+/// that owner.
 fn advance(
     g: &LocalGraph,
     mut w: Walker,
@@ -835,7 +796,7 @@ fn advance(
 ) -> usize {
     w.step_to(x);
     let o = g.part.owner(x);
-    w.encode_wire(&mut send[o], ids);
+    w.encode_ids(&mut send[o], ids);
     recycle(spare, w.hist);
     o
 }
@@ -885,8 +846,7 @@ mod tests {
     }
 
     /// [`walks`], and every token the ranks' segments emitted as new (not context), checking
-    /// each segment's shape on the way, and that each walk's segments, in the order its home
-    /// emitted them, are its sentence: its nodes, each segment led by the `window` before it.
+    /// each segment's shape on the way.
     fn walks_and_tokens(
         edges: &[Edge],
         n: u64,
@@ -912,7 +872,6 @@ mod tests {
             let node = params.node_walks.then(|| NodeGraph::new(&c, &g)).flatten();
             let mut e = WalkEngine::new(&g, params.clone(), 0.0, sum_deg, node, &mut rng);
             e.trace = Some(Vec::new());
-            e.trace_sentences();
             let mut segs = Segments::default();
             let mut emitted = Vec::new();
             loop {
@@ -927,32 +886,21 @@ mod tests {
                     break;
                 }
             }
-            let sentences = e.sentences.trace.take().expect("trace on");
-            (e.trace.take().expect("trace on"), emitted, sentences)
+            (e.trace.take().expect("trace on"), emitted)
         });
         let mut by_walk: BTreeMap<u64, Vec<(u32, u64)>> = BTreeMap::new();
-        let mut sentences: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
         let mut emitted = Vec::new();
-        for (trace, mut em, segs) in traces {
+        for (trace, mut em) in traces {
             emitted.append(&mut em);
             for (id, step, node) in trace {
                 by_walk.entry(id).or_default().push((step, node));
             }
-            for (id, toks, h) in segs {
-                let s = sentences.entry(id).or_default();
-                assert_eq!(h, s.len().min(window), "walk {id}: context");
-                let context: Vec<u64> = toks[..h].iter().map(|&(v, _)| v).collect();
-                assert_eq!(context, s[s.len() - h..], "walk {id}: context");
-                s.extend(toks[h..].iter().map(|&(v, _)| v));
-            }
         }
-        let walks: Vec<Vec<u64>> = by_walk
-            .into_iter()
-            .map(|(id, mut v)| {
+        let walks = by_walk
+            .into_values()
+            .map(|mut v| {
                 v.sort_unstable();
-                let nodes: Vec<u64> = v.into_iter().map(|(_, node)| node).collect();
-                assert_eq!(sentences.get(&id), Some(&nodes), "walk {id}: its sentence");
-                nodes
+                v.into_iter().map(|(_, node)| node).collect()
             })
             .collect();
         (walks, emitted)
@@ -1241,13 +1189,72 @@ mod tests {
                 for (r, b) in parts.iter().enumerate() {
                     let mut o = 0;
                     while o < b.len() {
-                        let (w, used) = Record::decode(&b[o..]);
+                        let (w, used) = Walker::decode(&b[o..]);
                         prop_assert!(w.cur < 50 && part.owner(w.cur) == r);
                         prop_assert!(w.trained as usize <= 5 && w.hist.len() <= 5 + CARRY);
                         o += used;
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn walkers_survive_the_wire() {
+        let w = Walker {
+            id: 7,
+            prev: NONE,
+            cur: 42,
+            step: 3,
+            visited: true,
+            hist: vec![(1, 10), (99, 3), (5, 1)],
+            trained: 2,
+        };
+        let mut b = Vec::new();
+        w.encode(&mut b);
+        w.encode(&mut b);
+        let (a, used) = Walker::decode(&b);
+        assert_eq!(a, w);
+        assert_eq!(Walker::decode(&b[used..]).0, w);
+        // On the wire, narrow ids: half the bytes per id, and "no previous node" survives.
+        let mut narrow = Vec::new();
+        w.encode_ids(&mut narrow, Ids::Narrow);
+        w.encode_ids(&mut narrow, Ids::Narrow);
+        assert_eq!(narrow.len(), 2 * (23 + 5 * 3));
+        let (a, used) = Walker::decode_ids(&narrow, Ids::Narrow);
+        assert_eq!((a, used), (w.clone(), narrow.len() / 2));
+        let moved = Walker { prev: 41, ..w };
+        let mut b = Vec::new();
+        moved.encode_ids(&mut b, Ids::Narrow);
+        assert_eq!(Walker::decode_ids(&b, Ids::Narrow).0, moved);
+        assert_eq!(Ids::for_nodes(1 << 31), Ids::Narrow);
+        assert_eq!(Ids::for_nodes(1 << 32), Ids::Wide);
+    }
+}
+
+#[cfg(test)]
+mod count_tests {
+    use super::*;
+
+    /// Walkers are counted from their encoding without decoding, at both id widths.
+    #[test]
+    fn encoded_walkers_are_counted() {
+        for (nodes, ids) in [(1000u64, Ids::Narrow), (1u64 << 33, Ids::Wide)] {
+            let mut b = Vec::new();
+            for k in 0..5u64 {
+                let w = Walker {
+                    id: k,
+                    prev: NONE,
+                    cur: k + 1,
+                    step: 3,
+                    visited: false,
+                    hist: (0..k).map(|j| (j, 1)).collect(),
+                    trained: 0,
+                };
+                w.encode_ids(&mut b, ids);
+            }
+            assert_eq!(WalkEngine::count_encoded(&b, nodes), 5);
+            assert_eq!(WalkEngine::count_encoded(&[], nodes), 0);
         }
     }
 }

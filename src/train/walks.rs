@@ -95,10 +95,7 @@ impl<M: model::Model> Trainer<'_, M> {
                         next_start: next,
                         ..Cursor::default()
                     };
-                    // Each walker's record holds its sentence, kept on its home.
-                    let asks = comm.all_to_all_v(engine.checkpoint_asks());
-                    let answers = comm.all_to_all_v(engine.checkpoint_answers(&asks));
-                    (engine.encode_walkers(tr.g, &answers), cursor)
+                    (engine.encode_walkers(), cursor)
                 });
                 if self.stopped.is_some() {
                     break;
@@ -180,17 +177,10 @@ impl<M: model::Model> Trainer<'_, M> {
             // share of the job's ranks as private rows do: with its node's share, 4 nodes of 2
             // ranks (BlogCatalog) trained copies twice as long per step and lost 0.8 Micro-F1
             // (36.58 at clock 1 against 37.42 with private rows).
-            // A walker that crosses with the row cache's exchange arrives after the next step
-            // has sampled and walks every other step: twice the walks keep as many walking.
             in_flight: ((cfg.batch_size.div_ceil(batch_parts) as f64
                 / ((cfg.window as usize + 1) as f64 * steps)) as usize)
                 .min((self.g.num_local() * cfg.walks_per_node as usize).div_ceil(16))
-                .max(1)
-                * if self.cache.is_some() && spread > 1.0 {
-                    2
-                } else {
-                    1
-                },
+                .max(1),
             local_steps: cfg.walk_length,
             node_walks,
         }
