@@ -4,11 +4,18 @@
 /// The default `--batch-size` of the walk and edge models: pairs per step over all ranks.
 pub const BATCH: usize = 16384;
 
-/// Updates of the hottest row per step made by the nodes that train copies of it (see
-/// [`default_walk_batch`]). Measured on BlogCatalog DeepWalk (docs/performance.md): the gap in
-/// Micro-F1 to one node followed `batch x hub share x (nodes - 1)`, within 0.5 up to about 370
-/// and 0.5-1.4 points at 690-1,480 (8 and 16 simulated nodes at 16,384 pairs per step).
+/// Updates of the hottest row per step made by the copies of it on the other nodes, at 8 nodes
+/// (see [`default_walk_batch`]). Measured on BlogCatalog DeepWalk (docs/performance.md): the gap
+/// in Micro-F1 to one node followed `batch x hub share x (nodes - 1)`, within 0.5 up to about
+/// 370 at 4 and 8 nodes and 0.5-1.4 points at 690-1,480 (8 and 16 simulated nodes at 16,384
+/// pairs per step); at 16 nodes 300 still left 0.32 on average over 7 seeds, 140 left 0.13.
 pub const HUB_UPDATES_PER_STEP: f64 = 300.0;
+
+/// The bound on the hub's unseen updates per step of [`default_walk_batch`] at `nodes` nodes:
+/// [`HUB_UPDATES_PER_STEP`] at 8, inversely proportional to the other nodes.
+pub fn hub_updates_bound(nodes: u64) -> f64 {
+    HUB_UPDATES_PER_STEP * 7.0 / nodes.saturating_sub(1).max(1) as f64
+}
 
 /// The default `--batch-size` of a walk model trained across `nodes` nodes (every rank keeps
 /// copies of the remote rows its batches touch) by `ranks` ranks. `hub_share` is the hottest
@@ -16,16 +23,18 @@ pub const HUB_UPDATES_PER_STEP: f64 = 300.0;
 /// stationary distribution). Within a step the copies of a hub on the other `nodes - 1` nodes
 /// train without seeing each other's updates, about `batch x hub_share` of them per node; the
 /// combination rule (`train::cache::Combine`) makes their sum one machine's step only while that
-/// stays small. So the step is the largest that keeps `batch x hub_share x (nodes - 1)` within
-/// [`HUB_UPDATES_PER_STEP`], at most [`BATCH`] and at least 128 pairs per rank (below that a
-/// step's fixed costs dominate), in multiples of 256. A large graph's hubs take a small share
-/// (a billion nodes: about 1e-5): its batch stays [`BATCH`]; a small dense graph's shrinks
-/// (BlogCatalog, 0.6%: 7,168 pairs per step at 8 nodes, 3,328 at 16, 16,384 up to 4).
+/// stays small, and the more copies are summed the smaller it must be: the step is the largest
+/// that keeps `batch x hub_share x (nodes - 1)` within [`hub_updates_bound`] (300 at 8 nodes,
+/// 140 at 16; measured, docs/performance.md), at most [`BATCH`] and at least
+/// 128 pairs per rank (below that a step's fixed costs dominate), in multiples of 256. A large
+/// graph's hubs take a small share (a billion nodes: about 1e-5): its batch stays [`BATCH`]; a
+/// small dense graph's shrinks (BlogCatalog, 0.6%: 7,168 pairs per step at 8 nodes, 2,048 at 16,
+/// 16,384 up to 4).
 pub fn default_walk_batch(ranks: usize, nodes: u64, hub_share: f64) -> usize {
     if nodes < 2 || hub_share.is_nan() || hub_share <= 0.0 {
         return BATCH;
     }
-    let fits = HUB_UPDATES_PER_STEP / (hub_share * (nodes - 1) as f64);
+    let fits = hub_updates_bound(nodes) / (hub_share * (nodes - 1) as f64);
     let floor = (128 * ranks).min(BATCH) as f64;
     let b = fits.clamp(floor, BATCH as f64) as usize;
     (b / 256 * 256).max(floor as usize).max(1)
@@ -107,7 +116,7 @@ mod tests {
         assert_eq!(b(2, 2, blog), BATCH);
         assert_eq!(b(4, 4, blog), BATCH);
         assert_eq!(b(8, 8, blog), 7168);
-        assert_eq!(b(16, 16, blog), 3328);
+        assert_eq!(b(16, 16, blog), 2048);
         // The ranks of one node share its rows: nodes decide, ranks set the floor.
         assert_eq!(b(8, 4, blog), BATCH);
         assert_eq!(b(80, 10, blog), 128 * 80);

@@ -274,7 +274,7 @@ fn settle_walk_batch(comm: &Comm, cfg: &TrainConfig, g: &LocalGraph) -> Option<T
         eprintln!(
             "graphscale: --batch-size {batch} pairs per step (default at {nodes} nodes: the hottest node takes {:.3}% of the walks, and the copies of its row on the other nodes must not take more than {} updates per step unseen by each other; docs/tuning.md)",
             100.0 * share,
-            crate::config::HUB_UPDATES_PER_STEP
+            crate::config::hub_updates_bound(nodes).round()
         );
     }
     Some(TrainConfig {
