@@ -12,9 +12,10 @@ pub const BATCH: usize = 16384;
 pub const HUB_UPDATES_PER_STEP: f64 = 300.0;
 
 /// The bound on the hub's unseen updates per step of [`default_walk_batch`] at `nodes` nodes:
-/// [`HUB_UPDATES_PER_STEP`] at 8, inversely proportional to the other nodes.
+/// [`HUB_UPDATES_PER_STEP`] up to 8 nodes (where it was measured), inversely proportional to the
+/// other nodes beyond (140 at 16).
 pub fn hub_updates_bound(nodes: u64) -> f64 {
-    HUB_UPDATES_PER_STEP * 7.0 / nodes.saturating_sub(1).max(1) as f64
+    HUB_UPDATES_PER_STEP * (7.0 / nodes.saturating_sub(1).max(1) as f64).min(1.0)
 }
 
 /// The default `--batch-size` of a walk model trained across `nodes` nodes (every rank keeps
@@ -24,7 +25,7 @@ pub fn hub_updates_bound(nodes: u64) -> f64 {
 /// train without seeing each other's updates, about `batch x hub_share` of them per node; the
 /// combination rule (`train::cache::Combine`) makes their sum one machine's step only while that
 /// stays small, and the more copies are summed the smaller it must be: the step is the largest
-/// that keeps `batch x hub_share x (nodes - 1)` within [`hub_updates_bound`] (300 at 8 nodes,
+/// that keeps `batch x hub_share x (nodes - 1)` within [`hub_updates_bound`] (300 up to 8 nodes,
 /// 140 at 16; measured, docs/performance.md), at most [`BATCH`] and at least
 /// 128 pairs per rank (below that a step's fixed costs dominate), in multiples of 256. A large
 /// graph's hubs take a small share (a billion nodes: about 1e-5): its batch stays [`BATCH`]; a
@@ -117,6 +118,11 @@ mod tests {
         assert_eq!(b(4, 4, blog), BATCH);
         assert_eq!(b(8, 8, blog), 7168);
         assert_eq!(b(16, 16, blog), 2048);
+        // The bound is 300 up to 8 nodes and falls beyond.
+        assert_eq!(super::hub_updates_bound(2), HUB_UPDATES_PER_STEP);
+        assert_eq!(super::hub_updates_bound(8), HUB_UPDATES_PER_STEP);
+        assert_eq!(super::hub_updates_bound(16), 140.0);
+        assert_eq!(b(2, 2, 0.05), 5888);
         // The ranks of one node share its rows: nodes decide, ranks set the floor.
         assert_eq!(b(8, 4, blog), BATCH);
         assert_eq!(b(80, 10, blog), 128 * 80);
