@@ -11,11 +11,15 @@ pub const BATCH: usize = 16384;
 /// pairs per step); at 16 nodes 300 still left 0.32 on average over 7 seeds, 140 left 0.13.
 pub const HUB_UPDATES_PER_STEP: f64 = 300.0;
 
+/// The node count up to which [`HUB_UPDATES_PER_STEP`] holds as it is (measured at 8).
+const HUB_BOUND_NODES: u64 = 8;
+
 /// The bound on the hub's unseen updates per step of [`default_walk_batch`] at `nodes` nodes:
 /// [`HUB_UPDATES_PER_STEP`] up to 8 nodes (where it was measured), inversely proportional to the
 /// other nodes beyond (140 at 16).
 pub fn hub_updates_bound(nodes: u64) -> f64 {
-    HUB_UPDATES_PER_STEP * (7.0 / nodes.saturating_sub(1).max(1) as f64).min(1.0)
+    let others = nodes.saturating_sub(1).max(1) as f64;
+    HUB_UPDATES_PER_STEP * ((HUB_BOUND_NODES - 1) as f64 / others).min(1.0)
 }
 
 /// The default `--batch-size` of a walk model trained across `nodes` nodes (every rank keeps
@@ -26,11 +30,10 @@ pub fn hub_updates_bound(nodes: u64) -> f64 {
 /// combination rule (`train::cache::Combine`) makes their sum one machine's step only while that
 /// stays small, and the more copies are summed the smaller it must be: the step is the largest
 /// that keeps `batch x hub_share x (nodes - 1)` within [`hub_updates_bound`] (300 up to 8 nodes,
-/// 140 at 16; measured, docs/performance.md), at most [`BATCH`] and at least
-/// 128 pairs per rank (below that a step's fixed costs dominate), in multiples of 256. A large
-/// graph's hubs take a small share (a billion nodes: about 1e-5): its batch stays [`BATCH`]; a
-/// small dense graph's shrinks (BlogCatalog, 0.6%: 7,168 pairs per step at 8 nodes, 2,048 at 16,
-/// 16,384 up to 4).
+/// 140 at 16; measured, docs/performance.md), at most [`BATCH`] and at least 128 pairs per rank
+/// (below that a step's fixed costs dominate), in multiples of 256. A large graph's hubs take a
+/// small share (a billion nodes: about 1e-5): its batch stays [`BATCH`]; a small dense graph's
+/// shrinks (BlogCatalog, 0.6%: 7,168 pairs per step at 8 nodes, 2,048 at 16, 16,384 up to 4).
 pub fn default_walk_batch(ranks: usize, nodes: u64, hub_share: f64) -> usize {
     if nodes < 2 || hub_share.is_nan() || hub_share <= 0.0 {
         return BATCH;

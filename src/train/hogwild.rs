@@ -226,23 +226,18 @@ impl<M: model::Model> Trainer<'_, M> {
                 // The default size (the rows this rank owns) is a start that grows as batches
                 // need: a warning only for a --cache-rows given (16 simulated nodes warned
                 // about 40 times per BlogCatalog run of the defaults).
-                let level = if self.cfg.cache_rows.is_some() {
-                    log::Level::Warn
+                let (level, advice) = if self.cfg.cache_rows.is_some() {
+                    (log::Level::Warn, "raise --cache-rows or lower --batch-size")
                 } else {
-                    log::Level::Info
+                    (log::Level::Info, "the default size grows as batches need")
                 };
                 log::log!(
                     level,
-                    "rank {}: step {}: a batch needs {} remote rows, the cache holds {}: growing it to {want}{}",
+                    "rank {}: step {}: a batch needs {} remote rows, the cache holds {}: growing it to {want} ({advice})",
                     self.comm.rank(),
                     self.step,
                     keys.len(),
-                    cache.capacity(),
-                    if level == log::Level::Warn {
-                        " (raise --cache-rows or lower --batch-size)"
-                    } else {
-                        " (the default size grows as batches need)"
-                    }
+                    cache.capacity()
                 );
                 cache.grow(want);
                 self.m.cache_rows = want as u64;
