@@ -734,14 +734,17 @@ fn train_cmd(comm: &Comm, t: &TrainCmd) -> Result<()> {
 /// (the hub's share of the walks: its degree over the sum of degrees), else 16384.
 fn plan_batch(x: &PlanCmd) -> f64 {
     use graphscale::config::{default_walk_batch, BATCH};
-    // As the plan counts them: one rank per node unless --ranks-per-node says otherwise.
-    let rpn = x.ranks_per_node.unwrap_or(1);
-    let nodes = (x.ranks as u64).div_ceil(rpn);
+    // One rank per node unless --ranks-per-node says otherwise. Every rank keeps its own
+    // copies: a row's copies are on the ranks of the other nodes (as `train` counts them, those
+    // of the smallest node: the last holds the remainder).
+    let (ranks, rpn) = (x.ranks as u64, x.ranks_per_node.unwrap_or(1).max(1));
+    let nodes = ranks.div_ceil(rpn);
+    let copies = (nodes - 1) * rpn;
     let walks = matches!(x.model, Model::Deepwalk | Model::Node2vec);
     match x.max_degree {
-        Some(hub) if walks && nodes > 1 => {
+        Some(hub) if walks && copies > 0 => {
             let degrees = x.edges * if x.directed { 1.0 } else { 2.0 };
-            default_walk_batch(x.ranks, nodes, hub / degrees) as f64
+            default_walk_batch(x.ranks, copies, hub / degrees) as f64
         }
         _ => BATCH as f64,
     }

@@ -110,7 +110,8 @@ fn the_printed_estimate_is_within_15_percent_of_peak_rss_at_three_sizes() {
 
 /// `plan` takes the step `train` settles for the walk models across nodes when told the
 /// graph's largest degree (BlogCatalog's sizes: 7,168 pairs per step at 8 nodes, 2,048 at 16,
-/// 16,384 at 4 nodes and on one node), and says when it was not told.
+/// 8,192 at 4 nodes of 2 ranks, 16,384 at 4 nodes and on one node), and says when it was not
+/// told.
 #[test]
 fn plan_takes_the_walk_step_of_the_hub() {
     let steps = |ranks: &str, extra: &[&str]| -> (f64, f64, String) {
@@ -134,6 +135,12 @@ fn plan_takes_the_walk_step_of_the_hub() {
             "16",
             &["--max-degree", "3992", "--ranks-per-node", "16"][..],
             16384.0,
+        ),
+        // Every rank keeps its own copies: 4 nodes of 2 ranks have 6 copies of a row.
+        (
+            "8",
+            &["--max-degree", "3992", "--ranks-per-node", "2"][..],
+            8192.0,
         ),
         (
             "16",

@@ -4,41 +4,47 @@
 /// The default `--batch-size` of the walk and edge models: pairs per step over all ranks.
 pub const BATCH: usize = 16384;
 
-/// Updates of the hottest row per step made by the copies of it on the other nodes, at 8 nodes
-/// (see [`default_walk_batch`]). Measured on BlogCatalog DeepWalk (docs/performance.md): the gap
-/// in Micro-F1 to one node followed `batch x hub share x (nodes - 1)`, within 0.5 up to about
-/// 370 at 4 and 8 nodes and 0.5-1.4 points at 690-1,480 (8 and 16 simulated nodes at 16,384
-/// pairs per step); at 16 nodes 300 still left 0.32 on average over 7 seeds, 140 left 0.13.
+/// Updates of the hottest row per step made by its copies on the other nodes, with up to 7 ranks
+/// holding copies (8 simulated nodes; see [`default_walk_batch`]). Measured on BlogCatalog
+/// DeepWalk (docs/performance.md): the gap in Micro-F1 to one node followed `batch x hub share x
+/// copies`, within 0.5 up to about 370 at 4 and 8 nodes and 0.5-1.4 points at 690-1,480 (8 and
+/// 16 simulated nodes at 16,384 pairs per step); at 16 nodes 300 still left 0.32 on average over
+/// 7 seeds, 140 left 0.13; 4 nodes of 2 ranks (6 copies) at 16,384 pairs per step (about 600)
+/// left 0.46 over 7 seeds, at 8,192 (300) 0.28.
 pub const HUB_UPDATES_PER_STEP: f64 = 300.0;
 
-/// The node count up to which [`HUB_UPDATES_PER_STEP`] holds as it is (measured at 8).
-const HUB_BOUND_NODES: u64 = 8;
+/// The count of ranks holding copies up to which [`HUB_UPDATES_PER_STEP`] holds as it is
+/// (measured at 7: 8 simulated nodes).
+const HUB_BOUND_COPIES: u64 = 7;
 
-/// The bound on the hub's unseen updates per step of [`default_walk_batch`] at `nodes` nodes:
-/// [`HUB_UPDATES_PER_STEP`] up to 8 nodes (where it was measured), inversely proportional to the
-/// other nodes beyond (140 at 16).
-pub fn hub_updates_bound(nodes: u64) -> f64 {
-    let others = nodes.saturating_sub(1).max(1) as f64;
-    HUB_UPDATES_PER_STEP * ((HUB_BOUND_NODES - 1) as f64 / others).min(1.0)
+/// The bound on the hub's unseen updates per step of [`default_walk_batch`] with `copies` ranks
+/// holding copies of a row: [`HUB_UPDATES_PER_STEP`] up to 7 (where it was measured), inversely
+/// proportional to the copies beyond (140 at 15: 16 simulated nodes).
+pub fn hub_updates_bound(copies: u64) -> f64 {
+    let copies = copies.max(1) as f64;
+    HUB_UPDATES_PER_STEP * (HUB_BOUND_COPIES as f64 / copies).min(1.0)
 }
 
-/// The default `--batch-size` of a walk model trained across `nodes` nodes (every rank keeps
-/// copies of the remote rows its batches touch) by `ranks` ranks. `hub_share` is the hottest
-/// node's share of the walks' tokens (its degree over the sum of degrees: a random walk's
-/// stationary distribution). Within a step the copies of a hub on the other `nodes - 1` nodes
-/// train without seeing each other's updates, about `batch x hub_share` of them per node; the
+/// The default `--batch-size` of a walk model trained across nodes by `ranks` ranks, of which
+/// `copies` hold copies of a row that another node owns: every rank keeps its own copies of the
+/// remote rows its batches touch, ranks of one node too, so a row has the job's ranks less those
+/// of its own node (`nodes - 1` with one rank per node, 6 for 4 nodes of 2 ranks). `hub_share`
+/// is the hottest node's share of the walks' tokens (its degree over the sum of degrees: a random
+/// walk's stationary distribution). Within a step the copies of a hub train without seeing each
+/// other's updates, about `batch x hub_share` of them per rank's copy summed over the ranks; the
 /// combination rule (`train::cache::Combine`) makes their sum one machine's step only while that
 /// stays small, and the more copies are summed the smaller it must be: the step is the largest
-/// that keeps `batch x hub_share x (nodes - 1)` within [`hub_updates_bound`] (300 up to 8 nodes,
-/// 140 at 16; measured, docs/performance.md), at most [`BATCH`] and at least 128 pairs per rank
+/// that keeps `batch x hub_share x copies` within [`hub_updates_bound`] (300 up to 7 copies, 140
+/// at 15; measured, docs/performance.md), at most [`BATCH`] and at least 128 pairs per rank
 /// (below that a step's fixed costs dominate), in multiples of 256. A large graph's hubs take a
 /// small share (a billion nodes: about 1e-5): its batch stays [`BATCH`]; a small dense graph's
-/// shrinks (BlogCatalog, 0.6%: 7,168 pairs per step at 8 nodes, 2,048 at 16, 16,384 up to 4).
-pub fn default_walk_batch(ranks: usize, nodes: u64, hub_share: f64) -> usize {
-    if nodes < 2 || hub_share.is_nan() || hub_share <= 0.0 {
+/// shrinks (BlogCatalog, 0.6%: 16,384 up to 4 simulated nodes, 7,168 pairs per step at 8, 2,048
+/// at 16, 8,192 at 4 nodes of 2 ranks).
+pub fn default_walk_batch(ranks: usize, copies: u64, hub_share: f64) -> usize {
+    if copies < 1 || hub_share.is_nan() || hub_share <= 0.0 {
         return BATCH;
     }
-    let fits = hub_updates_bound(nodes) / (hub_share * (nodes - 1) as f64);
+    let fits = hub_updates_bound(copies) / (hub_share * copies as f64);
     let floor = (128 * ranks).min(BATCH) as f64;
     let b = fits.clamp(floor, BATCH as f64) as usize;
     (b / 256 * 256).max(floor as usize).max(1)
@@ -113,34 +119,36 @@ mod tests {
     }
 
     #[test]
-    fn walk_batch_shrinks_with_the_hub_and_the_nodes() {
+    fn walk_batch_shrinks_with_the_hub_and_the_copies() {
         use super::default_walk_batch as b;
         let blog = 3992.0 / 667_966.0;
-        assert_eq!(b(1, 1, blog), BATCH);
-        assert_eq!(b(2, 2, blog), BATCH);
-        assert_eq!(b(4, 4, blog), BATCH);
-        assert_eq!(b(8, 8, blog), 7168);
-        assert_eq!(b(16, 16, blog), 2048);
-        // The bound is 300 up to 8 nodes and falls beyond.
-        assert_eq!(super::hub_updates_bound(2), HUB_UPDATES_PER_STEP);
-        assert_eq!(super::hub_updates_bound(8), HUB_UPDATES_PER_STEP);
-        assert_eq!(super::hub_updates_bound(16), 140.0);
-        assert_eq!(b(2, 2, 0.05), 5888);
-        // The ranks of one node share its rows: nodes decide, ranks set the floor.
-        assert_eq!(b(8, 4, blog), BATCH);
-        assert_eq!(b(80, 10, blog), 128 * 80);
-        assert_eq!(b(1024, 128, blog), BATCH);
+        // One rank per node: nodes - 1 ranks hold copies.
+        assert_eq!(b(1, 0, blog), BATCH);
+        assert_eq!(b(2, 1, blog), BATCH);
+        assert_eq!(b(4, 3, blog), BATCH);
+        assert_eq!(b(8, 7, blog), 7168);
+        assert_eq!(b(16, 15, blog), 2048);
+        // The bound is 300 up to 7 copies and falls beyond.
+        assert_eq!(super::hub_updates_bound(1), HUB_UPDATES_PER_STEP);
+        assert_eq!(super::hub_updates_bound(7), HUB_UPDATES_PER_STEP);
+        assert_eq!(super::hub_updates_bound(15), 140.0);
+        assert_eq!(b(2, 1, 0.05), 5888);
+        // Every rank keeps its own copies: 4 nodes of 2 ranks have 6 copies of a row, 3 more
+        // than 4 nodes of 1; ranks also set the floor.
+        assert_eq!(b(8, 6, blog), 8192);
+        assert_eq!(b(80, 72, blog), 128 * 80);
+        assert_eq!(b(1024, 1016, blog), BATCH);
         // A billion nodes, a hub of a million edges among 2e11 degree units.
-        assert_eq!(b(80, 10, 1e6 / 2e11), BATCH);
-        assert_eq!(b(8, 8, 0.0), BATCH);
-        assert_eq!(b(8, 8, f64::NAN), BATCH);
+        assert_eq!(b(80, 72, 1e6 / 2e11), BATCH);
+        assert_eq!(b(8, 7, 0.0), BATCH);
+        assert_eq!(b(8, 7, f64::NAN), BATCH);
         // A star: one hub takes half the walks.
-        assert_eq!(b(4, 4, 0.5), 512);
+        assert_eq!(b(4, 3, 0.5), 512);
         for nodes in 2..64u64 {
-            assert!(
-                b(nodes as usize, nodes, blog)
-                    <= b(nodes as usize - 1, nodes - 1, blog).max(128 * nodes as usize)
-            );
+            let n = nodes as usize;
+            assert!(b(n, nodes - 1, blog) <= b(n - 1, nodes - 2, blog).max(128 * n));
+            // More ranks per node (more copies) never take a larger step.
+            assert!(b(2 * n, 2 * (nodes - 1), blog) <= b(n, nodes - 1, blog).max(256 * n));
         }
     }
 }

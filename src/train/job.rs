@@ -262,19 +262,22 @@ fn settle_walk_batch(comm: &Comm, cfg: &TrainConfig, g: &LocalGraph) -> Option<T
     if !copies {
         return None;
     }
-    let nodes = job_nodes(comm);
+    // Every rank keeps its own copies: a row has copies on every rank but those of its own
+    // node (the smallest node, for the most copies).
+    let smallest = comm.all_reduce_u64(&[comm.node_size() as u64], ReduceOp::Min)[0];
+    let copies = comm.size() as u64 - smallest.min(comm.size() as u64);
     let hub = (0..g.num_local())
         .map(|i| g.degree(i) as u64)
         .max()
         .unwrap_or(0);
     let hub = comm.all_reduce_u64(&[hub], ReduceOp::Max)[0];
     let share = hub as f64 / comm.sum_u64(g.local_entries()).max(1) as f64;
-    let batch = crate::config::default_walk_batch(comm.size(), nodes, share);
+    let batch = crate::config::default_walk_batch(comm.size(), copies, share);
     if comm.rank() == 0 && batch != cfg.batch_size {
         eprintln!(
-            "graphscale: --batch-size {batch} pairs per step (default at {nodes} nodes: the hottest node takes {:.3}% of the walks, and the copies of its row on the other nodes must not take more than {} updates per step unseen by each other; docs/tuning.md)",
+            "graphscale: --batch-size {batch} pairs per step (default with {copies} ranks on other nodes keeping copies of a row: the hottest node takes {:.3}% of the walks, and the copies of its row must not take more than {} updates per step unseen by each other; docs/tuning.md)",
             100.0 * share,
-            crate::config::hub_updates_bound(nodes).round()
+            crate::config::hub_updates_bound(copies).round()
         );
     }
     Some(TrainConfig {
