@@ -735,8 +735,8 @@ fn train_cmd(comm: &Comm, t: &TrainCmd) -> Result<()> {
 fn plan_batch(x: &PlanCmd) -> f64 {
     use graphscale::config::{default_walk_batch, BATCH};
     // One rank per node unless --ranks-per-node says otherwise. Every rank keeps its own
-    // copies: a row's copies are on the ranks of the other nodes (as `train` counts them, those
-    // of the smallest node: the last holds the remainder).
+    // copies: a row's copies are on the ranks of the other nodes. As `train` counts them, for
+    // the rows of the smallest node (the last, which holds the remainder of the ranks).
     let (ranks, rpn) = (x.ranks as u64, x.ranks_per_node.unwrap_or(1).max(1));
     let nodes = ranks.div_ceil(rpn);
     let copies = (nodes - 1) * rpn;

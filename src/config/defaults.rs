@@ -31,9 +31,9 @@ pub fn hub_updates_bound(copies: u64) -> f64 {
 /// of its own node (`nodes - 1` with one rank per node, 6 for 4 nodes of 2 ranks). `hub_share`
 /// is the hottest node's share of the walks' tokens (its degree over the sum of degrees: a random
 /// walk's stationary distribution). Within a step the copies of a hub train without seeing each
-/// other's updates, about `batch x hub_share` of them per rank's copy summed over the ranks; the
-/// combination rule (`train::cache::Combine`) makes their sum one machine's step only while that
-/// stays small, and the more copies are summed the smaller it must be: the step is the largest
+/// other's updates, `batch x hub_share` of them in all; the combination rule
+/// (`train::cache::Combine`) makes their sum one machine's step only while that stays small, and
+/// the more copies are summed the smaller it must be: the step is the largest
 /// that keeps `batch x hub_share x copies` within [`hub_updates_bound`] (300 up to 7 copies, 140
 /// at 15; measured, docs/performance.md), at most [`BATCH`] and at least 128 pairs per rank
 /// (below that a step's fixed costs dominate), in multiples of 256. A large graph's hubs take a

@@ -254,16 +254,16 @@ pub(super) fn free_bytes(path: &str) -> Option<u64> {
 /// across nodes: the step of [`crate::config::default_walk_batch`] for this graph's hubs
 /// (collective, the same on every rank). `None`: the configuration stands.
 fn settle_walk_batch(comm: &Comm, cfg: &TrainConfig, g: &LocalGraph) -> Option<TrainConfig> {
-    let copies = cfg.batch_size_is_default
+    let trains_copies = cfg.batch_size_is_default
         && matches!(cfg.model, Model::Deepwalk | Model::Node2vec)
         && cfg.update == Update::Hogwild
         && cfg.strategy == Strategy::Sharded
         && comm.node_size() < comm.size();
-    if !copies {
+    if !trains_copies {
         return None;
     }
     // Every rank keeps its own copies: a row has copies on every rank but those of its own
-    // node (the smallest node, for the most copies).
+    // node. The rows of the smallest node have the most.
     let smallest = comm.all_reduce_u64(&[comm.node_size() as u64], ReduceOp::Min)[0];
     let copies = comm.size() as u64 - smallest.min(comm.size() as u64);
     let hub = (0..g.num_local())
