@@ -157,6 +157,18 @@ pub fn huge_vec<T: Clone + Default>(len: usize) -> Vec<T> {
     v
 }
 
+/// Make room for `len` values in `v` in memory advised for huge pages, as [`huge_vec`]'s; its
+/// values move there when it must grow.
+pub fn reserve_huge<T>(v: &mut Vec<T>, len: usize) {
+    if v.capacity() >= len {
+        return;
+    }
+    let mut w: Vec<T> = Vec::with_capacity(len);
+    advise_huge_pages(w.as_mut_ptr().cast(), len * std::mem::size_of::<T>());
+    w.append(v);
+    *v = w;
+}
+
 /// An exchange under way ([`Comm::post`]); [`Comm::collect`] ends it.
 #[must_use = "a posted exchange must be collected"]
 pub struct Posted(Option<mpi::Isends>, Channel);

@@ -489,7 +489,10 @@ impl RowCache {
         }
         let cells = Arc::get_mut(&mut self.cells)
             .expect("the cache grows only while no batch holds its rows");
+        // Copies are read at random: on huge pages the TLB covers the cache.
+        crate::comm::reserve_huge(cells, capacity * self.dim);
         cells.extend((0..(capacity - old) * self.dim).map(|_| AtomicU32::new(0)));
+        crate::comm::reserve_huge(&mut self.base, capacity * self.dim);
         self.base.resize(capacity * self.dim, 0.0);
         self.meta.resize(capacity, FREE_SLOT);
         self.free.extend((old as u32..capacity as u32).rev());
@@ -501,13 +504,25 @@ impl RowCache {
         adm.push_keys.push(self.meta[s].key);
         let base = &mut self.base[s * d..(s + 1) * d];
         cells::load(Shared::F32(&self.cells[s * d..(s + 1) * d]), &mut self.row);
+        // One pass: the delta out, the value now its base.
         adm.push_vals
-            .extend(self.row.iter().zip(base.iter()).map(|(now, b)| now - b));
-        base.copy_from_slice(&self.row);
+            .extend(self.row.iter().zip(base.iter_mut()).map(|(&now, b)| {
+                let delta = now - *b;
+                *b = now;
+                delta
+            }));
         adm.push_refs
             .push(self.meta[s].refs.min(u32::from(u16::MAX)) as u16);
         self.meta[s].refs = 0;
         self.meta[s].due_at = CLEAN;
+    }
+
+    /// Whether using `slot` at `step` re-reads it and takes its delta (as `admit` decides).
+    #[inline]
+    fn takes_delta_on_use(&self, slot: u32, step: u64) -> bool {
+        let m = &self.meta[slot as usize];
+        let old = m.touches >= self.refresh as u32 || step - m.fetched >= AGE * self.refresh;
+        old && !m.awaiting && m.due_at != CLEAN
     }
 
     fn schedule(&mut self, slot: u32, step: u64) {
@@ -554,10 +569,13 @@ impl RowCache {
             }
         }
         for (i, &k) in keys.iter().enumerate() {
-            // The batch's copies are far apart in memory: ask for them ahead (a refresh takes
-            // their deltas now, the kernel trains them next).
+            // The copies a refresh takes deltas of are far apart in memory: ask for them ahead.
+            // Only those: a row per key (its copy and base, 16 lines at d 128) stalled admission
+            // on the CPU's line-fill buffers, for rows the pool's thread trains later.
             if let Some(&s) = adm.slots.get(i + AHEAD).filter(|&&s| s != NO_SLOT) {
-                self.prefetch(s);
+                if self.takes_delta_on_use(s, step) {
+                    self.prefetch(s);
+                }
             }
             let slot = match Some(adm.slots[i]).filter(|&s| s != NO_SLOT) {
                 Some(s) => {
@@ -609,6 +627,9 @@ impl RowCache {
         while let Some(&(at, s)) = self.due.front() {
             if at > step {
                 break;
+            }
+            if let Some(&(_, next)) = self.due.get(AHEAD) {
+                self.prefetch(next);
             }
             self.due.pop_front();
             let si = s as usize;
