@@ -746,6 +746,22 @@ mod tests {
         assert_eq!(decode_ids(&b, false), wide);
     }
 
+    /// Growing into huge-page memory keeps the values and their order; room already there
+    /// leaves the vector where it is.
+    #[test]
+    fn reserve_huge_moves_the_values_and_keeps_room_already_there() {
+        let mut v: Vec<u32> = (0..1000).collect();
+        reserve_huge(&mut v, 1 << 20);
+        assert!(v.capacity() >= 1 << 20);
+        assert_eq!(v, (0..1000).collect::<Vec<u32>>());
+        let at = v.as_ptr();
+        reserve_huge(&mut v, 5000);
+        assert_eq!(v.as_ptr(), at);
+        v.resize(1 << 20, 7);
+        assert_eq!(v.as_ptr(), at);
+        assert_eq!((v[999], v[1000]), (999, 7));
+    }
+
     /// The mapping that holds an address is found in smaps' text, with its file and its bytes
     /// on huge pages summed over the three kinds; an address outside every mapping has none.
     #[test]
