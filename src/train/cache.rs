@@ -565,7 +565,7 @@ impl RowCache {
             // their deltas now, the kernel trains them next: prefetching only the refreshed
             // ones was 0.92x at 8 simulated nodes).
             if let Some(&s) = adm.slots.get(i + AHEAD).filter(|&&s| s != NO_SLOT) {
-                self.prefetch(s);
+                self.prefetch_for_use(s, step);
             }
             let slot = match Some(adm.slots[i]).filter(|&s| s != NO_SLOT) {
                 Some(s) => {
@@ -671,6 +671,19 @@ impl RowCache {
     }
 
     /// Hint the CPU to bring the slot's copy and base into cache (values unchanged).
+    /// Hint the CPU to bring in what using `slot` at `step` reads: its copy (the kernel trains
+    /// it next), and its base only if the use re-reads it and takes its delta (as `admit`
+    /// decides). Bases of hits are not read.
+    fn prefetch_for_use(&self, slot: u32, step: u64) {
+        let (d, s) = (self.dim, slot as usize);
+        cells::prefetch(Shared::F32(&self.cells[s * d..(s + 1) * d]));
+        let m = &self.meta[s];
+        let old = m.touches >= self.refresh as u32 || step - m.fetched >= AGE * self.refresh;
+        if old && !m.awaiting && m.due_at != CLEAN {
+            crate::store::prefetch_range(self.base[s * d..].as_ptr().cast(), d * 4);
+        }
+    }
+
     pub fn prefetch(&self, slot: u32) {
         let (d, s) = (self.dim, slot as usize);
         cells::prefetch(Shared::F32(&self.cells[s * d..(s + 1) * d]));
