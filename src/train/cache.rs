@@ -561,9 +561,9 @@ impl RowCache {
             }
         }
         for (i, &k) in keys.iter().enumerate() {
-            // The batch's copies are far apart in memory: ask for them ahead (a refresh takes
-            // their deltas now, the kernel trains them next: prefetching only the refreshed
-            // ones was 0.92x at 8 simulated nodes).
+            // The batch's copies are far apart in memory: ask for them ahead (the kernel trains
+            // them next; prefetching only the refreshed rows was 0.92x at 8 simulated nodes),
+            // and for the bases of those a refresh takes deltas of now.
             if let Some(&s) = adm.slots.get(i + AHEAD).filter(|&&s| s != NO_SLOT) {
                 self.prefetch_for_use(s, step);
             }
@@ -670,7 +670,6 @@ impl RowCache {
         adm.evictions += n as u64;
     }
 
-    /// Hint the CPU to bring the slot's copy and base into cache (values unchanged).
     /// Hint the CPU to bring in what using `slot` at `step` reads: its copy (the kernel trains
     /// it next), and its base only if the use re-reads it and takes its delta (as `admit`
     /// decides). Bases of hits are not read.
@@ -684,6 +683,7 @@ impl RowCache {
         }
     }
 
+    /// Hint the CPU to bring the slot's copy and base into cache (values unchanged).
     pub fn prefetch(&self, slot: u32) {
         let (d, s) = (self.dim, slot as usize);
         cells::prefetch(Shared::F32(&self.cells[s * d..(s + 1) * d]));
