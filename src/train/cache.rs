@@ -570,9 +570,8 @@ impl RowCache {
             let slot = match Some(adm.slots[i]).filter(|&s| s != NO_SLOT) {
                 Some(s) => {
                     let si = s as usize;
+                    let old = self.read_due(si, step);
                     self.meta[si].touches += 1;
-                    let old = self.meta[si].touches > self.refresh as u32
-                        || step - self.meta[si].fetched >= AGE * self.refresh;
                     // A row whose read is under way is as fresh as it will get.
                     if old && !self.meta[si].awaiting {
                         // Too old to read: push what it learnt, read it again.
@@ -670,6 +669,13 @@ impl RowCache {
         adm.evictions += n as u64;
     }
 
+    /// Whether the next use of slot `s`, at `step`, re-reads its row: its copy has been used
+    /// `--cache-refresh` times since its read, or the read is `AGE` clocks old.
+    fn read_due(&self, s: usize, step: u64) -> bool {
+        let m = &self.meta[s];
+        m.touches >= self.refresh as u32 || step - m.fetched >= AGE * self.refresh
+    }
+
     /// Hint the CPU to bring in what using `slot` at `step` reads: its copy (the kernel trains
     /// it next), and its base only if the use re-reads it and takes its delta (as `admit`
     /// decides). Bases of hits are not read.
@@ -677,8 +683,7 @@ impl RowCache {
         let (d, s) = (self.dim, slot as usize);
         cells::prefetch(Shared::F32(&self.cells[s * d..(s + 1) * d]));
         let m = &self.meta[s];
-        let old = m.touches >= self.refresh as u32 || step - m.fetched >= AGE * self.refresh;
-        if old && !m.awaiting && m.due_at != CLEAN {
+        if self.read_due(s, step) && !m.awaiting && m.due_at != CLEAN {
             crate::store::prefetch_range(self.base[s * d..].as_ptr().cast(), d * 4);
         }
     }
