@@ -428,3 +428,43 @@ fn a_rank_killed_with_cached_deltas_in_flight_ends_the_job_and_resumes() {
     let f1 = micro_f1(&out, &labels);
     assert!(f1 >= 0.9, "resumed Micro-F1 {f1}");
 }
+
+/// Checkpoints every few steps across simulated nodes leave the walks as they were: the same
+/// steps and pairs as the run without them. A checkpoint once handed the walkers in transit to
+/// the engine a step early; every rank then started more walkers to fill its share in flight,
+/// and each checkpoint added more: 3 simulated nodes took 156 steps instead of 459, and 8 nodes
+/// trained to Micro-F1 0.79 instead of 0.98.
+#[test]
+fn frequent_checkpoints_across_nodes_keep_the_walks_steps() {
+    let d = tmp();
+    let (g, labels) = sbm(d.path(), 1200, 4);
+    let mut runs = Vec::new();
+    for every in [None, Some("4")] {
+        let out = p(d.path(), "emb.h5");
+        let m = p(d.path(), "metrics.jsonl");
+        let ck = p(d.path(), "ck");
+        let mut args = train_args(s(&g), s(&out));
+        args.extend_from_slice(&[
+            "--ranks-per-node",
+            "1",
+            "--batch-size",
+            "2048",
+            "--metrics",
+            s(&m),
+        ]);
+        if let Some(e) = every {
+            args.extend_from_slice(&["--checkpoint-dir", s(&ck), "--checkpoint-every", e]);
+        }
+        let o = mpirun(3, 120, &args);
+        assert_eq!(o.code, 0, "{every:?}: {}", o.all());
+        let ms = metrics(&m);
+        let steps = ms[0]["steps"].as_u64().expect("steps");
+        runs.push((steps, sum(&ms, "pairs"), sum(&ms, "checkpoints")));
+        let f1 = micro_f1(&out, &labels);
+        assert!(f1 >= 0.9, "{every:?}: Micro-F1 {f1}");
+    }
+    let ((steps, pairs, _), (ck_steps, ck_pairs, written)) = (runs[0], runs[1]);
+    assert!(written >= 3 * 20, "checkpoints written: {written}");
+    assert_eq!(ck_steps, steps, "steps with checkpoints every 4 steps");
+    assert_eq!(ck_pairs, pairs, "pairs with checkpoints every 4 steps");
+}

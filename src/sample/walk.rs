@@ -394,9 +394,24 @@ impl WalkEngine {
 
     /// The walkers in flight, encoded (for a checkpoint).
     pub fn encode_walkers(&self) -> Vec<u8> {
+        self.encode_walkers_with(std::iter::empty())
+    }
+
+    /// [`WalkEngine::encode_walkers`] and the walkers in `arrived` (buffers as
+    /// [`WalkEngine::deliver`] takes them) not yet delivered: a checkpoint holds them, while the
+    /// run goes on to deliver them when it would have without the checkpoint.
+    pub fn encode_walkers_with<'b>(&self, arrived: impl Iterator<Item = &'b [u8]>) -> Vec<u8> {
         let mut b = Vec::new();
         for w in &self.walkers {
             w.encode(&mut b);
+        }
+        for buf in arrived {
+            let mut o = 0;
+            while o < buf.len() {
+                let (w, used) = Walker::decode_ids(&buf[o..], self.ids);
+                o += used;
+                w.encode(&mut b);
+            }
         }
         b
     }

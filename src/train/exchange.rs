@@ -31,12 +31,21 @@ impl<M: model::Model> Trainer<'_, M> {
             return asked;
         }
         // The exchange a step ago: its walkers, deltas, requests and rows.
-        let arrived = self.collect_posted().unwrap_or_else(|| {
-            // The first step (or the first after a settle): no sums are known yet.
-            self.carried
-                .get_or_insert((vec![Vec::new(); comm.size()], [u64::MAX, 0]));
-            0
-        });
+        let arrived = self
+            .collect_posted()
+            .unwrap_or_else(|| match &self.carried {
+                // The first step after a checkpoint's drain: the walkers it brought are handed over
+                // at this step's end, and count as this rank's until then.
+                Some((walkers, _)) => walkers
+                    .iter()
+                    .map(|b| WalkEngine::count_encoded(b, self.g.num_nodes()))
+                    .sum(),
+                None => {
+                    // The first step (or the first after a settle): no sums are known yet.
+                    self.carried = Some((vec![Vec::new(); comm.size()], [u64::MAX, 0]));
+                    0
+                }
+            });
         let (send, asked) = self.encode_exchange(adm, arrived);
         self.posted = Some((comm.post(Channel::Rows, send), seq));
         // The batch whose rows just arrived trains now, while the peers take this exchange:
@@ -266,13 +275,17 @@ impl<M: model::Model> Trainer<'_, M> {
             rows_in.push(msg);
         }
         self.apply_combined(combine);
-        // Walkers of settle's exchanges join those not yet handed over.
+        // Walkers of settle's exchanges join those not yet handed over, and their sums add to
+        // the step's (they carry no tokens, and walkers only count towards "any left"): a
+        // checkpoint's drain keeps the step's walkers and its tokens for the step that follows.
         match &mut self.carried {
             Some((w, s)) => {
                 for (mine, new) in w.iter_mut().zip(arrived) {
                     mine.extend_from_slice(&new);
                 }
-                *s = sums;
+                for (mine, new) in s.iter_mut().zip(sums) {
+                    *mine = mine.saturating_add(new);
+                }
             }
             None => self.carried = Some((arrived, sums)),
         }

@@ -81,10 +81,16 @@ impl<M: model::Model> Trainer<'_, M> {
                 }
                 let comm = self.comm;
                 self.checkpoint_tick(lr, false, |tr| {
-                    // Walkers the drain's exchanges brought join the engine before it is saved.
-                    if let Some((walkers, _)) = tr.carried.take() {
-                        engine.deliver(walkers.iter().map(Vec::as_slice));
-                    }
+                    // The walkers and the step's sums that the drain's exchanges brought are
+                    // saved, and stay where they are: the engine gets them at the end of the
+                    // next step, as it would have without the checkpoint. Delivered now, they
+                    // walked a step early, every rank started as many more to fill its share
+                    // in flight, and each checkpoint added walkers (8 simulated nodes with
+                    // `--checkpoint-every 4`: 126 steps instead of 437).
+                    let walkers = match &tr.carried {
+                        Some((w, _)) => engine.encode_walkers_with(w.iter().map(Vec::as_slice)),
+                        None => engine.encode_walkers(),
+                    };
                     let (next, starts) = engine.cursor();
                     let g = comm.all_reduce_u64(&[next, starts], ReduceOp::Sum);
                     let cursor = Cursor {
@@ -95,7 +101,7 @@ impl<M: model::Model> Trainer<'_, M> {
                         next_start: next,
                         ..Cursor::default()
                     };
-                    (engine.encode_walkers(), cursor)
+                    (walkers, cursor)
                 });
                 if self.stopped.is_some() {
                     break;
