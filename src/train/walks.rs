@@ -79,30 +79,7 @@ impl<M: model::Model> Trainer<'_, M> {
                 if global[0] == 0 {
                     break;
                 }
-                let comm = self.comm;
-                self.checkpoint_tick(lr, false, |tr| {
-                    // The walkers and the step's sums that the drain's exchanges brought are
-                    // saved, and stay where they are: the engine gets them at the end of the
-                    // next step, as it would have without the checkpoint. Delivered now, they
-                    // walked a step early, every rank started as many more to fill its share
-                    // in flight, and each checkpoint added walkers (8 simulated nodes with
-                    // `--checkpoint-every 4`: 126 steps instead of 437).
-                    let walkers = match &tr.carried {
-                        Some((w, _)) => engine.encode_walkers_with(w.iter().map(Vec::as_slice)),
-                        None => engine.encode_walkers(),
-                    };
-                    let (next, starts) = engine.cursor();
-                    let g = comm.all_reduce_u64(&[next, starts], ReduceOp::Sum);
-                    let cursor = Cursor {
-                        step: 0,
-                        epoch,
-                        done,
-                        started: g[0] as f64 / g[1].max(1) as f64,
-                        next_start: next,
-                        ..Cursor::default()
-                    };
-                    (walkers, cursor)
-                });
+                self.checkpoint_tick(lr, false, |tr| tr.walk_state(&engine, epoch, done));
                 if self.stopped.is_some() {
                     break;
                 }
@@ -127,6 +104,30 @@ impl<M: model::Model> Trainer<'_, M> {
             };
             (Vec::new(), cursor)
         });
+    }
+
+    /// A checkpoint's walk state: the walkers (with those the drain's exchanges brought) and the
+    /// cursor. Collective. The walkers the drain brought are saved, and stay where they are:
+    /// the engine gets them at the end of the next step, as it would have without the
+    /// checkpoint. Delivered at once, they walked a step early, every rank started as many more
+    /// to fill its share in flight, and each checkpoint added walkers (8 simulated nodes with
+    /// `--checkpoint-every 4`: 126 steps instead of 437, docs/failure-model.md).
+    fn walk_state(&self, engine: &WalkEngine, epoch: u32, done: f64) -> (Vec<u8>, Cursor) {
+        let walkers = match &self.carried {
+            Some((w, _)) => engine.encode_walkers_with(w.iter().map(Vec::as_slice)),
+            None => engine.encode_walkers(),
+        };
+        let (next, starts) = engine.cursor();
+        let g = self.comm.all_reduce_u64(&[next, starts], ReduceOp::Sum);
+        let cursor = Cursor {
+            step: 0,
+            epoch,
+            done,
+            started: g[0] as f64 / g[1].max(1) as f64,
+            next_start: next,
+            ..Cursor::default()
+        };
+        (walkers, cursor)
     }
 
     /// The walk engine's parameters: walkers in flight for this rank's share of the step, and
