@@ -28,6 +28,13 @@ fn train_args<'a>(g: &'a str, out: &'a str) -> Vec<&'a str> {
     ]
 }
 
+/// [`train_args`] with every rank its own node (rows cached across ranks) and small steps.
+fn simulated_nodes_args<'a>(g: &'a str, out: &'a str) -> Vec<&'a str> {
+    let mut args = train_args(g, out);
+    args.extend_from_slice(&["--ranks-per-node", "1", "--batch-size", "2048"]);
+    args
+}
+
 fn rows(path: &Path) -> Vec<f32> {
     let f = hdf5::File::open(path).expect("open embeddings");
     f.dataset("embeddings")
@@ -390,17 +397,8 @@ fn a_rank_killed_with_cached_deltas_in_flight_ends_the_job_and_resumes() {
     let (g, labels) = sbm(d.path(), 1200, 4);
     let ck = p(d.path(), "ck");
     let out = p(d.path(), "emb.h5");
-    let mut args = train_args(s(&g), s(&out));
-    args.extend_from_slice(&[
-        "--ranks-per-node",
-        "1",
-        "--batch-size",
-        "2048",
-        "--checkpoint-dir",
-        s(&ck),
-        "--checkpoint-every",
-        "4",
-    ]);
+    let mut args = simulated_nodes_args(s(&g), s(&out));
+    args.extend_from_slice(&["--checkpoint-dir", s(&ck), "--checkpoint-every", "4"]);
     for kind in ["kill", "hang"] {
         let fault = format!("rank=2,step=11,kind={kind}");
         let mut killed = args.clone();
@@ -443,15 +441,8 @@ fn frequent_checkpoints_across_nodes_keep_the_walks_steps() {
         let out = p(d.path(), "emb.h5");
         let m = p(d.path(), "metrics.jsonl");
         let ck = p(d.path(), "ck");
-        let mut args = train_args(s(&g), s(&out));
-        args.extend_from_slice(&[
-            "--ranks-per-node",
-            "1",
-            "--batch-size",
-            "2048",
-            "--metrics",
-            s(&m),
-        ]);
+        let mut args = simulated_nodes_args(s(&g), s(&out));
+        args.extend_from_slice(&["--metrics", s(&m)]);
         if let Some(e) = every {
             args.extend_from_slice(&["--checkpoint-dir", s(&ck), "--checkpoint-every", e]);
         }
