@@ -82,7 +82,7 @@ fn skipgram_in_place(c: &mut Criterion) {
                     &pairs,
                     &negs,
                     k,
-                    1e-4,
+                    sgns::Step::sgd(1e-4),
                 )
             })
         });
@@ -156,7 +156,7 @@ fn skipgram_segments(c: &mut Criterion) {
                     &rows_ref,
                     k,
                     window,
-                    1e-4,
+                    sgns::Step::sgd(1e-4),
                 )
             })
         });
@@ -179,10 +179,54 @@ fn skipgram_segments(c: &mut Criterion) {
                     &rows_ref,
                     k,
                     window,
-                    1e-4,
+                    sgns::Step::sgd(1e-4),
                 )
             })
         });
+        // Implicit steps (the small budgets' large rates) and row-wise Adagrad in place: the
+        // same blocks against `token_blocks` above.
+        g.bench_with_input(
+            BenchmarkId::new("token_blocks_implicit", rows),
+            &rows,
+            |b, _| {
+                b.iter(|| {
+                    sgns::sgd_segments(
+                        F32(&centers),
+                        F32(&targets),
+                        F32(&[]),
+                        dim,
+                        &rows_ref,
+                        k,
+                        window,
+                        sgns::Step::new(1e-4, true, None),
+                    )
+                })
+            },
+        );
+        let zeros = |n: usize| -> Vec<AtomicU32> { (0..n).map(|_| AtomicU32::new(0)).collect() };
+        let (acc_c, acc_t) = (zeros(centers.len() / dim), zeros(targets.len() / dim));
+        g.bench_with_input(
+            BenchmarkId::new("token_blocks_adagrad", rows),
+            &rows,
+            |b, _| {
+                b.iter(|| {
+                    let acc = graphscale::model::Accumulators {
+                        matrices: [&acc_c, &acc_t],
+                        remote: &[],
+                    };
+                    sgns::sgd_segments(
+                        F32(&centers),
+                        F32(&targets),
+                        F32(&[]),
+                        dim,
+                        &rows_ref,
+                        k,
+                        window,
+                        sgns::Step::new(1e-4, false, Some(acc)),
+                    )
+                })
+            },
+        );
         g.bench_with_input(BenchmarkId::new("pairs", rows), &rows, |b, _| {
             b.iter(|| {
                 sgns::sgd_in_place(
@@ -193,7 +237,7 @@ fn skipgram_segments(c: &mut Criterion) {
                     &pidx,
                     &pnegs,
                     k,
-                    1e-4,
+                    sgns::Step::sgd(1e-4),
                 )
             })
         });
@@ -214,7 +258,18 @@ fn line_in_place(c: &mut Criterion) {
     g.sample_size(20);
     g.throughput(Throughput::Elements(pairs_n as u64));
     g.bench_function("first_order_10312", |b| {
-        b.iter(|| sgns::sgd_in_place(F32(&m), F32(&m), F32(&[]), dim, &pairs, &negs, k, 1e-4))
+        b.iter(|| {
+            sgns::sgd_in_place(
+                F32(&m),
+                F32(&m),
+                F32(&[]),
+                dim,
+                &pairs,
+                &negs,
+                k,
+                sgns::Step::sgd(1e-4),
+            )
+        })
     });
     g.finish();
 }

@@ -207,6 +207,15 @@ pub struct TrainConfig {
     pub optimizer: Optimizer,
     pub momentum: f32,
     pub lr: f32,
+    /// No `--lr` was given: a walk or edge model trained in place settles it after the load
+    /// from the pairs each node gets ([`TrainConfig::settle_lr`]).
+    #[serde(skip)]
+    pub lr_is_default: bool,
+    /// The share of the run the learning rate is held before its linear decay (`--lr-hold`,
+    /// or [`lr_hold`] of the rate).
+    pub lr_hold: f32,
+    #[serde(skip)]
+    pub lr_hold_given: bool,
     pub warmup: f32,
     pub walks_per_node: u32,
     pub walk_length: u32,
@@ -250,6 +259,7 @@ pub struct TrainConfig {
     /// `--resume` (true: the directory must hold a checkpoint) or `--resume-if-present`.
     pub resume_required: bool,
     pub on_nan: OnNan,
+    pub on_stall: OnStall,
     pub clip_grad: f32,
     /// The knowledge-graph models' section (flattened: the effective config's JSON keeps its
     /// keys at the top level).
@@ -350,6 +360,15 @@ pub enum NodeMemory {
 pub enum OnNan {
     Abort,
     Skip,
+}
+
+/// What a walk or edge run that is not learning does (`--on-stall`): its loss per pair still at
+/// ln 2, where it starts, after a tenth of the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum OnStall {
+    Warn,
+    Abort,
 }
 
 /// A checkpoint interval.
@@ -628,6 +647,9 @@ impl TrainConfig {
             optimizer,
             momentum: r.momentum.unwrap_or(0.9),
             lr: r.lr.unwrap_or_else(|| default_lr(model, optimizer)),
+            lr_is_default: r.lr.is_none(),
+            lr_hold: r.lr_hold.unwrap_or(0.0),
+            lr_hold_given: r.lr_hold.is_some(),
             warmup: r.warmup.unwrap_or(0.0),
             walks_per_node: r.walks_per_node.unwrap_or(10),
             walk_length: r.walk_length.unwrap_or(80),
@@ -674,6 +696,7 @@ impl TrainConfig {
             resume_required: r.resume.is_some(),
             resume: r.resume.or(r.resume_if_present),
             on_nan: r.on_nan.unwrap_or(OnNan::Abort),
+            on_stall: r.on_stall.unwrap_or(OnStall::Warn),
             clip_grad: r.clip_grad.unwrap_or(0.0),
             kg: KgSettings {
                 kg_loss: r.loss.unwrap_or(if distance {
@@ -807,6 +830,9 @@ impl TrainConfig {
             if c.dtype != Dtype::F32 {
                 b.push("--dtype f32");
             }
+            if c.optimizer != Optimizer::Sgd {
+                b.push("--optimizer sgd");
+            }
             if !b.is_empty() || c.update == Update::Batched {
                 errs.push(format!(
                     "--strategy replicated trains with the default kernel (in-place sgd on f32 rows) and needs {}",
@@ -878,12 +904,55 @@ impl TrainConfig {
         Ok(())
     }
 
-    /// The options that rule out `--update hogwild`: in-place updates need plain sgd on f32
-    /// rows, and cannot clip a summed gradient or take a batch back.
+    /// Positive (center, context) pairs per node over the run of a walk or edge model on a
+    /// graph of `nodes` nodes and `edges` edges in its file: a walk token is the center of
+    /// `window + 1` pairs on average (the dynamic window takes `(window + 1) / 2` per side);
+    /// a LINE edge sample is one pair. 0 for other models.
+    pub fn pairs_per_node(&self, nodes: u64, edges: u64) -> f64 {
+        let epochs = f64::from(self.epochs);
+        match self.model {
+            Model::Deepwalk | Model::Node2vec => {
+                f64::from(self.walks_per_node)
+                    * f64::from(self.walk_length)
+                    * f64::from(self.window + 1)
+                    * epochs
+            }
+            Model::Line => self.line_samples * edges as f64 * epochs / nodes.max(1) as f64,
+            _ => 0.0,
+        }
+    }
+
+    /// Whether the learning rate follows the run's budget: skip-gram (DeepWalk, node2vec,
+    /// LINE) trained in place with sgd.
+    pub fn lr_follows_budget(&self) -> bool {
+        matches!(self.model, Model::Deepwalk | Model::Node2vec | Model::Line)
+            && self.optimizer == Optimizer::Sgd
+            && self.update == Update::Hogwild
+    }
+
+    /// After the load (the same on every rank): with `--lr` left to its default, the
+    /// learning rate of the pairs each node gets ([`budget_lr`]), and the hold of the rate
+    /// in effect ([`lr_hold`]). Returns the pairs per node when the rate follows the budget.
+    pub fn settle_lr(&mut self, nodes: u64, edges: u64) -> Option<f64> {
+        if !self.lr_follows_budget() {
+            return None;
+        }
+        let pairs = self.pairs_per_node(nodes, edges);
+        if self.lr_is_default {
+            self.lr = budget_lr(pairs);
+        }
+        if !self.lr_hold_given {
+            self.lr_hold = lr_hold(self.lr);
+        }
+        Some(pairs)
+    }
+
+    /// The options that rule out `--update hogwild`: in-place updates need sgd or row-wise
+    /// adagrad, and cannot clip a summed gradient or take a batch back.
     fn hogwild_blockers(&self) -> Vec<&'static str> {
         let mut b = Vec::new();
-        if self.optimizer != Optimizer::Sgd {
-            b.push("--optimizer sgd");
+        if !matches!(self.optimizer, Optimizer::Sgd | Optimizer::Adagrad) {
+            b.push("--optimizer sgd or adagrad");
         }
         if self.clip_grad > 0.0 {
             b.push("no --clip-grad");
@@ -1051,6 +1120,76 @@ mod tests {
     }
 
     #[test]
+    fn the_walk_and_edge_models_settle_their_rate_from_the_budget() {
+        let settle = |r: RawTrain, nodes: u64, edges: u64| {
+            let mut c = TrainConfig::from_raw(r).unwrap();
+            let pairs = c.settle_lr(nodes, edges);
+            (c, pairs)
+        };
+        // DeepWalk 1 walk x 20, window 5: 120 pairs per node; the default rate is the budget's.
+        let small = RawTrain {
+            walks_per_node: Some(1),
+            walk_length: Some(20),
+            window: Some(5),
+            ..raw()
+        };
+        let (c, pairs) = settle(small.clone(), 1 << 20, 30 << 20);
+        assert_eq!(pairs, Some(120.0));
+        assert_eq!((c.lr, c.lr_hold), (MAX_BUDGET_LR, 1.0));
+        // A rate given is kept; its hold follows it unless --lr-hold is given.
+        let (c, _) = settle(
+            RawTrain {
+                lr: Some(0.025),
+                ..small.clone()
+            },
+            1 << 20,
+            30 << 20,
+        );
+        assert_eq!((c.lr, c.lr_hold), (0.025, 0.0));
+        let (c, _) = settle(
+            RawTrain {
+                lr_hold: Some(0.5),
+                ..small.clone()
+            },
+            1 << 20,
+            30 << 20,
+        );
+        assert_eq!((c.lr, c.lr_hold), (MAX_BUDGET_LR, 0.5));
+        // The defaults (10 x 80, window 10): word2vec's rate and schedule.
+        let (c, pairs) = settle(raw(), 10_312, 333_983);
+        assert_eq!(pairs, Some(8800.0));
+        assert_eq!((c.lr, c.lr_hold), (WORD2VEC_LR, 0.0));
+        // LINE: edge samples per node.
+        let line = RawTrain {
+            model: Some(Model::Line),
+            line_samples: Some(10.0),
+            ..raw()
+        };
+        let (c, pairs) = settle(line, 1000, 6000);
+        assert_eq!(pairs, Some(60.0));
+        assert_eq!(c.lr, MAX_BUDGET_LR);
+        // The batched update (another optimizer) and the knowledge-graph models keep theirs.
+        let (c, pairs) = settle(
+            RawTrain {
+                optimizer: Some(Optimizer::Momentum),
+                ..small
+            },
+            1 << 20,
+            30 << 20,
+        );
+        assert_eq!((pairs, c.lr, c.lr_hold), (None, 0.025, 0.0));
+        let (c, pairs) = settle(
+            RawTrain {
+                model: Some(Model::Distmult),
+                ..raw()
+            },
+            100,
+            1000,
+        );
+        assert_eq!((pairs, c.lr), (None, KG_ADAGRAD_LR));
+    }
+
+    #[test]
     fn flags_override_the_file() {
         let file = RawTrain::from_toml_str(
             "[embedding]\ndim = 64\ndtype = \"float16\"\n[training]\nalgorithm = \"line\"\nlearning_rate = 0.01\n",
@@ -1114,9 +1253,18 @@ mod tests {
             };
             assert_eq!(resolve(r).unwrap(), Update::Hogwild, "{dtype:?} rows");
         }
+        // Row-wise Adagrad trains in place too (its accumulators beside the rows).
+        assert_eq!(
+            resolve(RawTrain {
+                optimizer: Some(Optimizer::Adagrad),
+                ..raw()
+            })
+            .unwrap(),
+            Update::Hogwild
+        );
         for r in [
             RawTrain {
-                optimizer: Some(Optimizer::Adagrad),
+                optimizer: Some(Optimizer::Momentum),
                 ..raw()
             },
             RawTrain {
@@ -1137,7 +1285,10 @@ mod tests {
         })
         .unwrap_err()
         .to_string();
-        assert!(e.contains("--update hogwild needs --optimizer sgd"), "{e}");
+        assert!(
+            e.contains("--update hogwild needs --optimizer sgd or adagrad"),
+            "{e}"
+        );
         let file = RawTrain::from_toml_str("[compute]\nupdate = \"batched\"\n").unwrap();
         assert_eq!(
             resolve(RawTrain {
@@ -1265,7 +1416,7 @@ mod tests {
         );
         assert_eq!((hog.fetch, hog.cache_rows), (Fetch::Alltoall, None));
         let batched = c(RawTrain {
-            optimizer: Some(Optimizer::Adagrad),
+            optimizer: Some(Optimizer::Momentum),
             ..raw()
         })
         .unwrap();
@@ -1275,7 +1426,7 @@ mod tests {
         );
         // Batched gradients travel in bf16 when asked (f32's range); f16 is refused.
         let bf = c(RawTrain {
-            optimizer: Some(Optimizer::Adagrad),
+            optimizer: Some(Optimizer::Momentum),
             wire_dtype: Some(WireDtype::Bf16),
             ..raw()
         })
@@ -1285,7 +1436,7 @@ mod tests {
             (Update::Batched, WireDtype::Bf16)
         );
         let e = c(RawTrain {
-            optimizer: Some(Optimizer::Adagrad),
+            optimizer: Some(Optimizer::Momentum),
             wire_dtype: Some(WireDtype::F16),
             ..raw()
         })
@@ -1298,7 +1449,7 @@ mod tests {
             "{e}"
         );
         let e = c(RawTrain {
-            optimizer: Some(Optimizer::Adagrad),
+            optimizer: Some(Optimizer::Momentum),
             wire_dtype: Some(WireDtype::Int8),
             ..raw()
         })

@@ -72,6 +72,12 @@ pub struct RankMetrics {
     pub comm_bytes_received: u64,
     pub loss_sum: f64,
     pub loss_terms: u64,
+    /// Walk and edge models: the loss per term over the run's 5-10% (all ranks), and whether
+    /// it was still at ln 2 there: the run was not learning (`train::stall`).
+    #[serde(default)]
+    pub stall_loss: Option<f64>,
+    #[serde(default)]
+    pub stalled: bool,
     pub train_seconds: f64,
     /// Of `train_seconds`, the evaluations between epochs (GraphSAGE's validation).
     #[serde(default)]

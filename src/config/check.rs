@@ -21,6 +21,10 @@ impl TrainConfig {
             (0.0..1.0).contains(&self.warmup),
             "--warmup must be in [0, 1)",
         );
+        need(
+            (0.0..=1.0).contains(&self.lr_hold),
+            "--lr-hold must be in [0, 1]",
+        );
         need(self.epochs > 0, "--epochs must be at least 1");
         // Knowledge-graph chunks score their shared negatives as one matrix product, so more
         // of them stay cheap there (DistMult on WN18RR gains up to 2,000: docs/results.md).

@@ -97,6 +97,43 @@ pub fn sage_batch(train: usize) -> usize {
     SAGE_BATCH.min(train.div_ceil(SAGE_STEPS_PER_EPOCH)).max(1)
 }
 
+/// word2vec's learning rate for skip-gram: the walk and edge models' default where every row
+/// gets thousands of pairs (BlogCatalog at 10 walks x 80, window 10: about 8,800 per node).
+pub const WORD2VEC_LR: f32 = 0.025;
+
+/// The default learning rate times the positive pairs per node ([`budget_lr`]). A row's signal
+/// grows by about `lr` times the pairs it sees before the run ends, so the rate that learns
+/// from few pairs is inversely proportional to them: 0.7 at 1 walk x 20, window 5 (120 pairs
+/// per node), where 0.025 leaves the loss at ln 2 (docs/tuning.md, "Learning from few
+/// samples").
+pub const LR_TIMES_PAIRS: f64 = 84.0;
+
+/// The largest default learning rate: planted partitions of 2^20 and 2^22 nodes at 1 walk x 20
+/// learned about as well at 0.7 as at 1.0, and worse at 2.0 (docs/tuning.md).
+pub const MAX_BUDGET_LR: f32 = 0.7;
+
+/// The share of the run the largest default learning rate is held before its linear decay
+/// ([`lr_hold`]): all of it. Planted partitions at 1 walk x 20 and 0.7 learned better held to
+/// the end than held for 80% (2^20 nodes: Micro-F1 95.5 against 95.1; 2^22: 85.9 against
+/// 83.1), and both better than the plain decay (90.6 at 2^20, at 1.0).
+pub const MAX_HOLD: f32 = 1.0;
+
+/// The default learning rate of skip-gram trained in place for a run of `pairs_per_node`
+/// positive pairs per node: [`LR_TIMES_PAIRS`] / pairs, at least word2vec's 0.025 and at most
+/// [`MAX_BUDGET_LR`].
+pub fn budget_lr(pairs_per_node: f64) -> f32 {
+    let lr = (LR_TIMES_PAIRS / pairs_per_node.max(1.0)) as f32;
+    lr.clamp(WORD2VEC_LR, MAX_BUDGET_LR)
+}
+
+/// The share of the run a learning rate `lr` is held before it decays linearly: none at
+/// word2vec's 0.025 (its schedule), rising to [`MAX_HOLD`] at [`MAX_BUDGET_LR`] and above. A
+/// short run needs its whole budget at full rate.
+pub fn lr_hold(lr: f32) -> f32 {
+    let full = 1.0 - WORD2VEC_LR / MAX_BUDGET_LR;
+    (MAX_HOLD * (1.0 - WORD2VEC_LR / lr) / full).clamp(0.0, MAX_HOLD)
+}
+
 /// Adagrad's learning rate for DistMult and ComplEx (WN18RR, 30 epochs, filtered MRR on the
 /// validation set: DistMult 0.407 at 0.3, 0.418 at 0.5, 0.411 at 1.0 (test 0.335 at 0.1);
 /// ComplEx 0.402 at 0.1, 0.439 at 0.5). TransE and RotatE keep Adagrad's 0.1 (RotatE: valid
@@ -150,5 +187,28 @@ mod tests {
             // More ranks per node (more copies) never take a larger step.
             assert!(b(2 * n, 2 * (nodes - 1), blog) <= b(n, nodes - 1, blog).max(256 * n));
         }
+    }
+
+    #[test]
+    fn the_learning_rate_follows_the_pairs_each_node_gets() {
+        // 1 walk x 20, window 5: 120 pairs per node, the largest rate, held to the end.
+        assert_eq!(budget_lr(120.0), MAX_BUDGET_LR);
+        assert_eq!(lr_hold(budget_lr(120.0)), 1.0);
+        // BlogCatalog at 10 x 80, window 10: word2vec's rate and schedule.
+        assert_eq!(budget_lr(8800.0), WORD2VEC_LR);
+        assert_eq!(lr_hold(WORD2VEC_LR), 0.0);
+        // In between, inversely proportional; the hold rises with the rate.
+        assert!((budget_lr(840.0) - 0.1).abs() < 1e-6);
+        let h = lr_hold(0.1);
+        assert!(h > 0.5 && h < 1.0, "{h}");
+        let mut last = (f32::INFINITY, f32::INFINITY);
+        for p in [1.0, 50.0, 120.0, 200.0, 500.0, 1000.0, 3000.0, 1e4, 1e6] {
+            let (lr, hold) = (budget_lr(p), lr_hold(budget_lr(p)));
+            assert!(lr <= last.0 && hold <= last.1, "{p}: {lr} {hold}");
+            assert!((WORD2VEC_LR..=MAX_BUDGET_LR).contains(&lr));
+            last = (lr, hold);
+        }
+        // A rate given above the largest default is held to the end too.
+        assert_eq!(lr_hold(2.0), MAX_HOLD);
     }
 }

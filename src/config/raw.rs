@@ -33,13 +33,19 @@ pub struct RawTrain {
     /// Momentum of --optimizer momentum (default 0.9)
     #[arg(long, allow_negative_numbers = true)]
     pub momentum: Option<f32>,
-    /// Initial learning rate (default 0.025 for sgd and momentum, 0.1 adagrad, 0.01 adam;
-    /// 0.5 for distmult and complex with adagrad), decaying linearly to lr * 1e-4
+    /// Initial learning rate (default: for DeepWalk, node2vec and LINE in place 84 / the
+    /// training pairs per node, from 0.025 up to 0.7; 0.025 for sgd and momentum otherwise, 0.1
+    /// adagrad, 0.01 adam; 0.5 for distmult and complex with adagrad), decaying linearly to
+    /// lr * 1e-4
     #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f32>,
     /// Fraction of the run over which the learning rate warms up linearly from 0
     #[arg(long, allow_negative_numbers = true)]
     pub warmup: Option<f32>,
+    /// Fraction of the run the learning rate is held before its linear decay (default: from
+    /// the learning rate, 0 at 0.025 up to 1 at 0.7; docs/tuning.md)
+    #[arg(long, allow_negative_numbers = true)]
+    pub lr_hold: Option<f32>,
     /// Walk models: random walks started from every node (default 10)
     #[arg(long)]
     pub walks_per_node: Option<u32>,
@@ -169,6 +175,10 @@ pub struct RawTrain {
     /// What a non-finite loss or gradient does: abort the job, or skip the batch and count it.
     #[arg(long, value_enum)]
     pub on_nan: Option<OnNan>,
+    /// What a walk or edge run whose loss per pair is still at its start (ln 2) after a tenth
+    /// of the run does: warn once (default), or abort the job
+    #[arg(long, value_enum)]
+    pub on_stall: Option<OnStall>,
     /// Bound every pushed row gradient to this L2 norm (0: no clipping).
     #[arg(long, allow_negative_numbers = true)]
     pub clip_grad: Option<f32>,
@@ -337,6 +347,7 @@ struct FileTraining {
     #[serde(alias = "learning_rate")]
     lr: Option<f32>,
     warmup: Option<f32>,
+    lr_hold: Option<f32>,
     optimizer: Option<Optimizer>,
     momentum: Option<f32>,
     p: Option<f32>,
@@ -346,6 +357,7 @@ struct FileTraining {
     subsample: Option<f64>,
     seed: Option<u64>,
     on_nan: Option<OnNan>,
+    on_stall: Option<OnStall>,
     clip_grad: Option<f32>,
     loss: Option<KgLoss>,
     regularization: Option<Reg>,
@@ -388,6 +400,7 @@ impl RawTrain {
             momentum: f.training.momentum,
             lr: f.training.lr,
             warmup: f.training.warmup,
+            lr_hold: f.training.lr_hold,
             walks_per_node: f.training.walks_per_node,
             walk_length: f.training.walk_length,
             window: f.training.window,
@@ -421,6 +434,7 @@ impl RawTrain {
             resume: f.checkpoint.resume,
             resume_if_present: f.checkpoint.resume_if_present,
             on_nan: f.training.on_nan,
+            on_stall: f.training.on_stall,
             clip_grad: f.training.clip_grad,
             loss: f.training.loss,
             regularization: f.training.regularization,
@@ -461,6 +475,7 @@ impl RawTrain {
             momentum,
             lr,
             warmup,
+            lr_hold,
             walks_per_node,
             walk_length,
             window,
@@ -495,6 +510,7 @@ impl RawTrain {
             resume,
             resume_if_present,
             on_nan,
+            on_stall,
             clip_grad,
             loss,
             regularization,

@@ -100,6 +100,61 @@ pub(super) fn fused<const T: usize>(
     }
 }
 
+/// [`fused`] for row-wise Adagrad: the same sweep, but input row `i`'s change
+/// `sum_t G[i, t] u_t` goes to row `i` of `dv` (rows of `d`) and `v` is left as it was, so that
+/// each row's step can be scaled by its own accumulator afterwards.
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "avx2",
+    target_feature = "fma"
+))]
+#[inline(always)]
+pub(super) fn fused_grads<const T: usize>(
+    v: &[f32],
+    slots: &[usize],
+    u: &[f32],
+    gb: &[f32],
+    du: &mut [f32],
+    dv: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let d = u.len() / T.max(1);
+    assert!(
+        d.is_multiple_of(8)
+            && u.len() == T * d
+            && du.len() == T * d
+            && dv.len() >= slots.len() * d
+            && gb.len() == slots.len() * T * 8
+    );
+    assert!(slots.iter().all(|&s| (s + 1) * d <= v.len()));
+    // SAFETY: AVX2 and FMA are enabled for this build (cfg above). Every access is 8 floats at
+    // offset c < d (multiples of 8) inside a row of d floats: row t of `u` or `du` (T rows,
+    // asserted), ring slot s of `v` (asserted in bounds), row i < m of `dv` (asserted), or
+    // entry (i T + t) of `gb` (asserted). `du` and `dv` are unique borrows; unaligned loads and
+    // stores need no alignment.
+    unsafe {
+        for c in (0..d).step_by(8) {
+            let ut: [__m256; T] =
+                std::array::from_fn(|t| _mm256_loadu_ps(u.as_ptr().add(t * d + c)));
+            let mut dt = [_mm256_setzero_ps(); T];
+            for (i, &s) in slots.iter().enumerate() {
+                let x = _mm256_loadu_ps(v.as_ptr().add(s * d + c));
+                let g = gb.as_ptr().add(i * T * 8);
+                let mut a = _mm256_setzero_ps();
+                for t in 0..T {
+                    let gt = _mm256_loadu_ps(g.add(t * 8));
+                    a = _mm256_fmadd_ps(gt, ut[t], a);
+                    dt[t] = _mm256_fmadd_ps(gt, x, dt[t]);
+                }
+                _mm256_storeu_ps(dv.as_mut_ptr().add(i * d + c), a);
+            }
+            for (t, x) in dt.iter().enumerate() {
+                _mm256_storeu_ps(du.as_mut_ptr().add(t * d + c), *x);
+            }
+        }
+    }
+}
+
 /// Rows `a` and `b` (distinct) of `v` (rows of `d`), both mutable.
 pub(super) fn two_rows_mut(
     v: &mut [f32],

@@ -62,6 +62,50 @@ pub struct Cells<'a> {
     pub matrices: [Shared<'a>; 2],
     pub remote: Shared<'a>,
     pub dim: usize,
+    /// Row-wise Adagrad in place (`--optimizer adagrad`): each row's accumulator, laid out as
+    /// the rows are; `None` for plain SGD.
+    pub acc: Option<Accumulators<'a>>,
+}
+
+/// Row-wise Adagrad's accumulators of [`Cells`] (PyTorch-BigGraph's optimizer): one f32 (as
+/// bits) per row, the running sum of the mean squared entry of the row's gradients. A row steps
+/// by `lr / sqrt(acc)` times its gradient, `acc` including the step's own gradient, so the first
+/// step of a row moves each entry by about `lr` whatever the gradient's scale.
+#[derive(Clone, Copy)]
+pub struct Accumulators<'a> {
+    /// Per matrix: one per in-place row.
+    pub matrices: [&'a [AtomicU32]; 2],
+    /// One per `REMOTE` slot.
+    pub remote: &'a [AtomicU32],
+}
+
+impl<'a> Accumulators<'a> {
+    /// The accumulator of row reference `r` (as [`Cells`]' rows: `REMOTE | slot`, or a row of
+    /// matrix 0 for a center, matrix 1 for a target).
+    #[inline(always)]
+    pub fn of(&self, center: bool, r: u32) -> &'a AtomicU32 {
+        if r & REMOTE != 0 {
+            &self.remote[(r & !REMOTE) as usize]
+        } else {
+            &self.matrices[usize::from(!center)][r as usize]
+        }
+    }
+}
+
+/// Row-wise Adagrad's step factor: add `mean_square` (the mean squared entry of this step's
+/// gradient) to the accumulator `acc` and return `lr / sqrt(acc)` (0 for a zero gradient on a
+/// fresh row). HOGWILD: a load and a store, as the rows' updates; a lost increment only makes
+/// one later step a little larger.
+#[inline(always)]
+pub fn adagrad_factor(acc: &AtomicU32, mean_square: f32, lr: f32) -> f32 {
+    use std::sync::atomic::Ordering::Relaxed;
+    let a = f32::from_bits(acc.load(Relaxed)) + mean_square;
+    acc.store(a.to_bits(), Relaxed);
+    if a > 0.0 {
+        lr / a.sqrt()
+    } else {
+        0.0
+    }
 }
 
 /// A model: how a step's work becomes a plan.
@@ -160,20 +204,34 @@ pub trait Plan: Send + 'static {
     }
 
     /// Train with the `REMOTE` references on a private copy of `rows` (their values as f32);
-    /// returns each copied row's change (its delta) and the summed loss.
+    /// returns each copied row's change (its delta) and the summed loss. With `acc` (Adagrad:
+    /// the in-place rows' accumulators and a copy's starting accumulator) each copy steps as
+    /// a row with that accumulator would.
     fn train_copy(
         &self,
         matrices: [Shared; 2],
         rows: &[f32],
         dim: usize,
         lr: f32,
+        acc: Option<([&[AtomicU32]; 2], f32)>,
     ) -> (Vec<f32>, f64) {
         use std::sync::atomic::Ordering::Relaxed;
         let cells: Vec<AtomicU32> = rows.iter().map(|x| AtomicU32::new(x.to_bits())).collect();
+        let copies = rows.len() / dim.max(1);
+        let copy_acc: Vec<AtomicU32> = match acc {
+            Some((_, seed)) => (0..copies)
+                .map(|_| AtomicU32::new(seed.to_bits()))
+                .collect(),
+            None => Vec::new(),
+        };
         let view = Cells {
             matrices,
             remote: Shared::F32(&cells),
             dim,
+            acc: acc.map(|(matrices, _)| Accumulators {
+                matrices,
+                remote: &copy_acc,
+            }),
         };
         let loss = self.train(&view, lr);
         let deltas = cells

@@ -10,8 +10,10 @@ use super::kernels::{combine2_dyn, combine_dyn, dots2_dyn, dots_dyn, sigmoid_fas
     target_feature = "avx2",
     target_feature = "fma"
 ))]
-use super::kernels::{fused, with_width, FUSED_TARGETS};
-use super::{axpy, dot, sigmoid, softplus_neg, Cells, Grads, Model, Plan, Work};
+use super::kernels::{fused, fused_grads, with_width, FUSED_TARGETS};
+use super::{
+    adagrad_factor, axpy, dot, sigmoid, softplus_neg, Accumulators, Cells, Grads, Model, Plan, Work,
+};
 use crate::config::TrainConfig;
 use crate::error::Result;
 use crate::graph::LocalGraph;
@@ -21,6 +23,29 @@ use crate::sample::walk::Segments;
 use crate::sample::Rng;
 
 pub use super::{REMOTE, SKIP};
+
+use std::sync::atomic::AtomicU32;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// How a kernel steps: the learning rate, whether its steps are implicit
+/// ([`implicit_steps`]), and with row-wise Adagrad the rows' accumulators.
+#[derive(Clone, Copy)]
+pub struct Step<'a> {
+    pub lr: f32,
+    pub implicit: bool,
+    pub acc: Option<Accumulators<'a>>,
+}
+
+impl<'a> Step<'a> {
+    pub fn new(lr: f32, implicit: bool, acc: Option<Accumulators<'a>>) -> Self {
+        Step { lr, implicit, acc }
+    }
+
+    /// Plain sgd at `lr`, explicit steps (word2vec's).
+    pub fn sgd(lr: f32) -> Self {
+        Step::new(lr, false, None)
+    }
+}
 
 /// word2vec's MAX_EXP.
 pub const MAX_SCORE: f32 = 6.0;
@@ -36,6 +61,19 @@ pub struct Sgns {
     /// Matrix of context and negative rows.
     tm: u64,
     window: u32,
+    /// Implicit steps ([`implicit_steps`]).
+    implicit: bool,
+}
+
+/// Whether sgd in place takes implicit (proximal) steps: for learning rates above word2vec's
+/// 0.025, the small budgets' defaults (`config::budget_lr`). An explicit step of skip-gram
+/// overshoots once `lr` times the rows' squared norms nears 2: the token kernel, whose target
+/// takes a window's inputs at once, diverged at 0.5 on a planted partition of 2^20 nodes (the
+/// pair kernel at 1.0); divided by `1 + lr x curvature` it trains at 0.5-2. At 0.025 the
+/// explicit step is word2vec's, and BlogCatalog's tuned runs keep it (implicit steps there:
+/// Micro-F1 37.8 against 38.2, one run each).
+pub fn implicit_steps(lr: f32) -> bool {
+    lr > crate::config::WORD2VEC_LR
 }
 
 impl Model for Sgns {
@@ -47,6 +85,7 @@ impl Model for Sgns {
             share: cfg.shared_negatives,
             tm: u64::from(cfg.matrices() > 1),
             window: cfg.window,
+            implicit: implicit_steps(cfg.lr),
         })
     }
 
@@ -72,6 +111,7 @@ impl Model for Sgns {
             rows,
             k,
             window: self.window,
+            implicit: self.implicit,
         }
     }
 }
@@ -81,6 +121,7 @@ pub struct SgnsPlan {
     rows: PlanRows,
     k: usize,
     window: u32,
+    implicit: bool,
 }
 
 /// Row references of pairs (see `plan`) or of walk segments (see `plan_segments`).
@@ -129,7 +170,8 @@ impl Plan for SgnsPlan {
         let [c, tg] = rows.matrices;
         match &self.rows {
             PlanRows::Pairs { pidx, nidx } => {
-                sgd_in_place(c, tg, rows.remote, rows.dim, pidx, nidx, self.k, lr)
+                let step = Step::new(lr, self.implicit, rows.acc);
+                sgd_in_place(c, tg, rows.remote, rows.dim, pidx, nidx, self.k, step)
             }
             PlanRows::Segments {
                 refs,
@@ -154,7 +196,7 @@ impl Plan for SgnsPlan {
                     &seg_rows,
                     self.k,
                     self.window,
-                    lr,
+                    Step::new(lr, self.implicit, rows.acc),
                 )
             }
         }
@@ -344,10 +386,11 @@ pub fn sgd_in_place(
     pairs: &[[u32; 2]],
     negs: &[u32],
     k: usize,
-    lr: f32,
+    step: Step,
 ) -> f64 {
     use rayon::prelude::*;
     const CHUNK: usize = 256;
+    let Step { lr, implicit, acc } = step;
     const PREFETCH: usize = 2;
     let row = |center: bool, r: u32| shared_row(centers, targets, remote, dim, center, r);
     let pair_negs = |i: usize| &negs[i * k..(i + 1) * k];
@@ -374,6 +417,13 @@ pub fn sgd_in_place(
                     let crow = row(true, c);
                     load(crow, vc);
                     gc.iter_mut().for_each(|g| *g = 0.0);
+                    // Adagrad: a target's gradient is g v_c, its mean square g^2 mean(v_c^2).
+                    let vc_sq = dot(vc, vc);
+                    let vc_msq = if acc.is_some() {
+                        dot(vc, vc) / dim as f32
+                    } else {
+                        0.0
+                    };
                     let ts = std::iter::once(x).chain(pair_negs(i).iter().copied());
                     for (j, t) in ts.enumerate() {
                         if t == SKIP {
@@ -391,15 +441,27 @@ pub fn sgd_in_place(
                         } else if s.is_nan() {
                             loss = f64::NAN;
                         }
-                        let g = (1.0 / (1.0 + e) - label) * lr;
+                        let mut g = 1.0 / (1.0 + e) - label;
+                        if acc.is_none() && implicit {
+                            let sg = 1.0 / (1.0 + e);
+                            g /= 1.0 + lr * sg * (1.0 - sg) * (dot(ut, ut) + vc_sq);
+                        }
+                        let (g, step) = match acc {
+                            None => (g * lr, g * lr),
+                            Some(a) => (g, g * adagrad_factor(a.of(false, t), g * g * vc_msq, lr)),
+                        };
                         axpy(g, ut, gc);
-                        axpy(-g, vc, ut);
+                        axpy(-step, vc, ut);
                         store(trow, ut);
                     }
+                    let factor = match acc {
+                        None => 1.0,
+                        Some(a) => adagrad_factor(a.of(true, c), dot(gc, gc) / dim as f32, lr),
+                    };
                     // Reload: the center may also have been a target of this pair (LINE first
                     // order, or a negative equal to the center).
                     load(crow, vc);
-                    axpy(-1.0, gc, vc);
+                    axpy(-factor, gc, vc);
                     store(crow, vc);
                 }
                 loss
@@ -464,9 +526,10 @@ pub fn sgd_segments(
     rows: &SegmentRows,
     k: usize,
     window: u32,
-    lr: f32,
+    step: Step,
 ) -> f64 {
     use crate::sample::walk::group_inputs;
+    let Step { lr, implicit, acc } = step;
     use rayon::prelude::*;
     let row = |center: bool, r: u32| shared_row(centers, targets, remote, dim, center, r);
     let ring = 2 * window as usize + 1;
@@ -479,6 +542,7 @@ pub fn sgd_segments(
         first_group,
     } = *rows;
     let salt = negs.first().copied().unwrap_or(0);
+    let input_acc = |r: u32| acc.map(|a| a.of(true, r));
     (0..segs.len())
         .into_par_iter()
         .map(|s| {
@@ -499,7 +563,8 @@ pub fn sgd_segments(
                 for b in 0..n {
                     // Write back the input that no later window reaches.
                     if b > window as usize {
-                        blk.evict(b - window as usize - 1, |a| row(true, refs[a][0]));
+                        let a = b - window as usize - 1;
+                        blk.evict(a, row(true, refs[a][0]), input_acc(refs[a][0]));
                     }
                     let (ilo, ihi) = group_inputs(n, h, b, wins[b]);
                     let m = group_size(ilo, ihi, b);
@@ -530,12 +595,17 @@ pub fn sgd_segments(
                     }
                     let mut mi = 0;
                     for a in (ilo..ihi).filter(|&a| a != b) {
-                        blk.slots[mi] = blk.input(a, |a| row(true, refs[a][0]));
+                        blk.slots[mi] = blk.input(a, row(true, refs[a][0]), input_acc(refs[a][0]));
                         mi += 1;
                     }
                     // Unsampled groups return 0 (or NaN): only sampled ones are scaled.
                     let sampled = loss_sampled(salt, lo + b, refs[b][1]);
-                    let l = blk.update(mi, tl, lr, sampled, |r| row(false, r));
+                    let l = match acc {
+                        None => blk.update(mi, tl, lr, implicit, sampled, |r| row(false, r)),
+                        Some(a) => blk.update_adagrad(mi, tl, lr, sampled, |r| {
+                            (row(false, r), a.of(false, r))
+                        }),
+                    };
                     loss += if sampled {
                         l * LOSS_SAMPLE_GROUPS as f64
                     } else {
@@ -543,8 +613,9 @@ pub fn sgd_segments(
                     };
                     g += 1;
                 }
-                for a in n.saturating_sub(window as usize + 1)..n {
-                    blk.evict(a, |a| row(true, refs[a][0]));
+                let last = n.saturating_sub(window as usize + 1);
+                for (a, r) in refs.iter().enumerate().skip(last) {
+                    blk.evict(a, row(true, r[0]), input_acc(r[0]));
                 }
                 loss
             })
@@ -574,6 +645,18 @@ struct Block {
     /// [`fused`]'s coefficients, each broadcast to 8 lanes, and its target row changes.
     gb: Vec<f32>,
     du: Vec<f32>,
+    /// Adagrad: per ring slot its accumulator (working value and value when copied in), and
+    /// the block's input row changes (ring-sized rows).
+    acc: Vec<f32>,
+    acc0: Vec<f32>,
+    dv: Vec<f32>,
+    /// Per target of the block: whether it repeats an earlier one.
+    repeat: Vec<bool>,
+    /// Implicit steps: squared norms of the inputs and targets, and their curvatures.
+    vn: Vec<f32>,
+    un: Vec<f32>,
+    tc: Vec<f32>,
+    ic: Vec<f32>,
 }
 
 impl Block {
@@ -594,26 +677,40 @@ impl Block {
             tmp: vec![0.0; 2 * dim],
             gb: vec![0.0; ring * nt * 8],
             du: vec![0.0; nt * dim],
+            acc: vec![0.0; ring],
+            acc0: vec![0.0; ring],
+            dv: vec![0.0; ring * dim],
+            repeat: vec![false; nt],
+            vn: vec![0.0; ring],
+            un: vec![0.0; nt],
+            tc: vec![0.0; nt],
+            ic: vec![0.0; ring],
         }
     }
 
-    /// The ring slot of input token `a`, copying its row in on first use.
+    /// The ring slot of input token `a` (its shared row `row`, and with Adagrad its
+    /// accumulator `acc`), copying the row in on first use.
     #[inline]
-    fn input<'r>(&mut self, a: usize, row: impl Fn(usize) -> Shared<'r>) -> usize {
+    fn input(&mut self, a: usize, row: Shared, acc: Option<&AtomicU32>) -> usize {
         let s = a % self.slot_token.len();
         if self.slot_token[s] != a {
             debug_assert_eq!(self.slot_token[s], usize::MAX, "ring slot still in use");
             let d = self.dim;
-            load(row(a), &mut self.v[s * d..(s + 1) * d]);
+            load(row, &mut self.v[s * d..(s + 1) * d]);
             self.v0[s * d..(s + 1) * d].copy_from_slice(&self.v[s * d..(s + 1) * d]);
+            if let Some(c) = acc {
+                self.acc[s] = f32::from_bits(c.load(Relaxed));
+                self.acc0[s] = self.acc[s];
+            }
             self.slot_token[s] = a;
         }
         s
     }
 
-    /// Add input token `a`'s change to its shared row and free its slot (if it was copied in).
+    /// Add input token `a`'s change to its shared row `row` (and its accumulator's to `acc`)
+    /// and free its slot (if it was copied in).
     #[inline]
-    fn evict<'r>(&mut self, a: usize, row: impl Fn(usize) -> Shared<'r>) {
+    fn evict(&mut self, a: usize, row: Shared, acc: Option<&AtomicU32>) {
         let s = a % self.slot_token.len();
         if self.slot_token[s] != a {
             return;
@@ -621,11 +718,15 @@ impl Block {
         let d = self.dim;
         let (v, v0) = (&self.v[s * d..(s + 1) * d], &self.v0[s * d..(s + 1) * d]);
         let tmp = &mut self.tmp[..d];
-        load(row(a), tmp);
+        load(row, tmp);
         for ((t, x), x0) in tmp.iter_mut().zip(v).zip(v0) {
             *t += x - x0;
         }
-        store(row(a), tmp);
+        store(row, tmp);
+        if let Some(c) = acc {
+            let now = f32::from_bits(c.load(Relaxed)) + (self.acc[s] - self.acc0[s]);
+            c.store(now.to_bits(), Relaxed);
+        }
         self.slot_token[s] = usize::MAX;
     }
 
@@ -637,39 +738,12 @@ impl Block {
         m: usize,
         nt: usize,
         lr: f32,
+        implicit: bool,
         with_loss: bool,
         target: impl Fn(u32) -> Shared<'r>,
     ) -> f64 {
+        let loss = self.coefficients(m, nt, lr, with_loss, implicit);
         let d = self.dim;
-        let (v, slots, u) = (&self.v, &self.slots[..m], &self.u[..nt * d]);
-        let vrow = |i: usize| &v[slots[i] * d..][..d];
-        // Two inputs at a time: each target row read from L1 once for both.
-        for (p, s) in self.coef[..m * nt].chunks_mut(2 * nt).enumerate() {
-            if s.len() == 2 * nt {
-                let (s0, s1) = s.split_at_mut(nt);
-                dots2_dyn(vrow(2 * p), vrow(2 * p + 1), u, s0, s1);
-            } else {
-                dots_dyn(vrow(2 * p), u, s);
-            }
-        }
-        let scores = &mut self.coef[..m * nt];
-        let mut loss = 0f64;
-        if with_loss {
-            for (j, &s) in scores.iter().enumerate() {
-                let s = s.clamp(-MAX_SCORE, MAX_SCORE);
-                // -ln sigmoid(s) for the row of b (label 1), -ln sigmoid(-s) for negatives.
-                loss += f64::from((-s).exp().ln_1p() + if j % nt == 0 { 0.0 } else { s });
-            }
-        } else if scores.iter().sum::<f32>().is_nan() {
-            loss = f64::NAN;
-        }
-        // G = (label - sigmoid(S)) lr; target 0 (b's own row) has label 1.
-        for c in scores.iter_mut() {
-            *c = -lr * sigmoid_fast(c.clamp(-MAX_SCORE, MAX_SCORE));
-        }
-        for row in scores.chunks_exact_mut(nt) {
-            row[0] += lr;
-        }
         #[cfg(all(
             target_arch = "x86_64",
             target_feature = "avx2",
@@ -679,6 +753,8 @@ impl Block {
             self.update_fused(m, nt, target);
             return loss;
         }
+        let (v, slots, u) = (&self.v, &self.slots[..m], &self.u[..nt * d]);
+        let vrow = |i: usize| &v[slots[i] * d..][..d];
         let coef = &self.coef[..m * nt];
         // Targets first, from the inputs before their update: row_t += sum_i G[i, t] v_i, on
         // the shared row as it is now (a target may repeat within the block).
@@ -734,6 +810,162 @@ impl Block {
                     combine_dyn(&g[b0..b0 + n], |j| urow(b0 + j), vi);
                 }
             }
+        }
+        loss
+    }
+
+    /// Row-wise Adagrad's [`Block::update`]: the same coefficients without the learning rate
+    /// give each target's and each input's gradient from the values before the block; each
+    /// row then steps by `lr / sqrt(acc)` times its own gradient, `acc` its accumulator with
+    /// the gradient's mean square added (a target's in `target`'s second item, an input's in
+    /// its ring slot until it is evicted). A target repeated in the block is one row with one
+    /// gradient: its columns are summed into its first occurrence.
+    fn update_adagrad<'r>(
+        &mut self,
+        m: usize,
+        nt: usize,
+        lr: f32,
+        with_loss: bool,
+        target: impl Fn(u32) -> (Shared<'r>, &'r AtomicU32),
+    ) -> f64 {
+        let loss = self.coefficients(m, nt, 1.0, with_loss, false);
+        let d = self.dim;
+        let (tref, coef) = (&self.tref[..nt], &mut self.coef[..m * nt]);
+        let repeat = &mut self.repeat[..nt];
+        repeat.fill(false);
+        for t in 1..nt {
+            if let Some(f) = (0..t).find(|&f| tref[f].0 == tref[t].0) {
+                repeat[t] = true;
+                for row in coef.chunks_exact_mut(nt) {
+                    row[f] += row[t];
+                    row[t] = 0.0;
+                }
+            }
+        }
+        let (slots, u) = (&self.slots[..m], &self.u[..nt * d]);
+        let (du, dv) = (&mut self.du[..nt * d], &mut self.dv[..m * d]);
+        let mut done = false;
+        #[cfg(all(
+            target_arch = "x86_64",
+            target_feature = "avx2",
+            target_feature = "fma"
+        ))]
+        if d.is_multiple_of(8) && (1..=FUSED_TARGETS).contains(&nt) {
+            for (g, &c) in self.gb.chunks_exact_mut(8).zip(coef.iter()) {
+                g.fill(c);
+            }
+            let gb = &self.gb[..m * nt * 8];
+            macro_rules! go {
+                ($n:literal) => {
+                    fused_grads::<$n>(&self.v, slots, u, gb, du, dv)
+                };
+            }
+            with_width!(nt, go);
+            done = true;
+        }
+        if !done {
+            du.fill(0.0);
+            dv.fill(0.0);
+            for (i, &s) in slots.iter().enumerate() {
+                let vi = &self.v[s * d..][..d];
+                let dvi = &mut dv[i * d..][..d];
+                for t in 0..nt {
+                    let g = coef[i * nt + t];
+                    axpy(g, vi, &mut du[t * d..][..d]);
+                    axpy(g, &u[t * d..][..d], dvi);
+                }
+            }
+        }
+        for (t, &(r, _)) in tref.iter().enumerate() {
+            if !repeat[t] {
+                let (row, acc) = target(r);
+                let g = &mut du[t * d..][..d];
+                let f = adagrad_factor(acc, dot(g, g) / d as f32, lr);
+                g.iter_mut().for_each(|x| *x *= f);
+                add_to(row, g);
+            }
+        }
+        for (i, &s) in slots.iter().enumerate() {
+            let g = &dv[i * d..][..d];
+            self.acc[s] += dot(g, g) / d as f32;
+            let f = if self.acc[s] > 0.0 {
+                lr / self.acc[s].sqrt()
+            } else {
+                0.0
+            };
+            axpy(f, g, &mut self.v[s * d..][..d]);
+        }
+        loss
+    }
+
+    /// The block's scores `S = V U^T` (m inputs against nt targets) turned into coefficients
+    /// `G = (label - sigmoid(S)) lr` in `coef`; returns the block's loss when `with_loss` (NaN
+    /// when a score is, else 0).
+    fn coefficients(&mut self, m: usize, nt: usize, lr: f32, with_loss: bool, damped: bool) -> f64 {
+        let d = self.dim;
+        let (v, slots, u) = (&self.v, &self.slots[..m], &self.u[..nt * d]);
+        let vrow = |i: usize| &v[slots[i] * d..][..d];
+        // Two inputs at a time: each target row read from L1 once for both.
+        for (p, s) in self.coef[..m * nt].chunks_mut(2 * nt).enumerate() {
+            if s.len() == 2 * nt {
+                let (s0, s1) = s.split_at_mut(nt);
+                dots2_dyn(vrow(2 * p), vrow(2 * p + 1), u, s0, s1);
+            } else {
+                dots_dyn(vrow(2 * p), u, s);
+            }
+        }
+        let scores = &mut self.coef[..m * nt];
+        let mut loss = 0f64;
+        if with_loss {
+            for (j, &s) in scores.iter().enumerate() {
+                let s = s.clamp(-MAX_SCORE, MAX_SCORE);
+                // -ln sigmoid(s) for the row of b (label 1), -ln sigmoid(-s) for negatives.
+                loss += f64::from((-s).exp().ln_1p() + if j % nt == 0 { 0.0 } else { s });
+            }
+        } else if scores.iter().sum::<f32>().is_nan() {
+            loss = f64::NAN;
+        }
+        for c in scores.iter_mut() {
+            *c = sigmoid_fast(c.clamp(-MAX_SCORE, MAX_SCORE));
+        }
+        if damped {
+            // Implicit (proximal) steps: entry (i, t) divided by 1 + lr (T_t + I_i), where
+            // T_t = sum_i s'_it |v_i|^2 is the curvature of target t's loss along its step over
+            // the block's inputs and I_i = sum_t s'_it |u_t|^2 input i's, s' = s (1 - s).
+            let (vn, un) = (&mut self.vn[..m], &mut self.un[..nt]);
+            for (i, x) in vn.iter_mut().enumerate() {
+                let r = &self.v[self.slots[i] * d..][..d];
+                *x = dot(r, r);
+            }
+            for (t, x) in un.iter_mut().enumerate() {
+                let r = &self.u[t * d..][..d];
+                *x = dot(r, r);
+            }
+            let (tc, ic) = (&mut self.tc[..nt], &mut self.ic[..m]);
+            tc.fill(0.0);
+            for (i, row) in self.coef[..m * nt].chunks_exact(nt).enumerate() {
+                let mut a = 0.0;
+                for (t, &sg) in row.iter().enumerate() {
+                    let c = sg * (1.0 - sg);
+                    tc[t] += c * vn[i];
+                    a += c * un[t];
+                }
+                ic[i] = a;
+            }
+            for (i, row) in self.coef[..m * nt].chunks_exact_mut(nt).enumerate() {
+                for (t, c) in row.iter_mut().enumerate() {
+                    let label = if t == 0 { 1.0 } else { 0.0 };
+                    *c = lr * (label - *c) / (1.0 + lr * (tc[t] + ic[i]));
+                }
+            }
+            return loss;
+        }
+        // G = (label - sigmoid(S)) lr; target 0 (b's own row) has label 1.
+        for c in self.coef[..m * nt].iter_mut() {
+            *c *= -lr;
+        }
+        for row in self.coef[..m * nt].chunks_exact_mut(nt) {
+            row[0] += lr;
         }
         loss
     }
@@ -1107,7 +1339,7 @@ mod in_place_tests {
                 &pairs,
                 &negs,
                 k,
-                lr,
+                Step::sgd(lr),
             )
         });
         assert!(loss.is_finite() && loss > 0.0, "{loss}");
@@ -1328,7 +1560,7 @@ mod in_place_tests {
                 &rows,
                 k,
                 window,
-                lr,
+                Step::sgd(lr),
             )
         });
         // A batch this small may hold no group of the loss's sample.
@@ -1464,7 +1696,7 @@ mod in_place_tests {
                     &rows,
                     k,
                     window,
-                    0.0,
+                    Step::sgd(0.0),
                 )
             });
         }
@@ -1499,8 +1731,12 @@ mod in_place_tests {
             &pairs,
             &[],
             0,
-            0.1,
+            Step::sgd(0.1),
         );
         assert!(loss.is_nan(), "{loss}");
     }
 }
+
+#[cfg(test)]
+#[path = "sgns_step_tests.rs"]
+mod step_tests;

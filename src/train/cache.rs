@@ -358,6 +358,10 @@ pub struct RowCache {
     dim: usize,
     /// The copies, `capacity * dim` f32 bits; pool tasks hold a clone of the `Arc`.
     pub cells: Arc<Vec<AtomicU32>>,
+    /// Adagrad in place: per slot its copy's accumulator (f32 bits), which a new copy takes
+    /// from `acc_seed` and a refreshed one keeps (`train::adagrad`).
+    pub acc: Arc<Vec<AtomicU32>>,
+    pub acc_seed: f32,
     /// Per slot, the value at its last synchronisation (the delta's origin).
     base: Vec<f32>,
     slot_of: Directory,
@@ -455,6 +459,8 @@ impl RowCache {
         let mut c = RowCache {
             dim,
             cells: Arc::new(Vec::new()),
+            acc: Arc::new(Vec::new()),
+            acc_seed: 0.0,
             base: Vec::new(),
             slot_of,
             meta: Vec::new(),
@@ -492,6 +498,9 @@ impl RowCache {
         // Copies are read at random: on huge pages the TLB covers the cache.
         crate::comm::reserve_huge(cells, capacity * self.dim);
         cells.extend((0..(capacity - old) * self.dim).map(|_| AtomicU32::new(0)));
+        Arc::get_mut(&mut self.acc)
+            .expect("the cache grows only while no batch holds its rows")
+            .extend((old..capacity).map(|_| AtomicU32::new(0)));
         crate::comm::reserve_huge(&mut self.base, capacity * self.dim);
         self.base.resize(capacity * self.dim, 0.0);
         self.meta.resize(capacity, FREE_SLOT);
@@ -703,6 +712,10 @@ impl RowCache {
         let base = &mut self.base[s * d..(s + 1) * d];
         if new {
             cells::store(cells, fresh);
+            self.acc[s].store(
+                self.acc_seed.to_bits(),
+                std::sync::atomic::Ordering::Relaxed,
+            );
         } else {
             for ((r, b), f) in self.row.iter_mut().zip(base.iter()).zip(fresh) {
                 *r = f - b;

@@ -37,6 +37,9 @@ impl<M: model::Model> Trainer<'_, M> {
                 self.step = r.cursor.step;
                 self.m.resumed_from = Some(r.version);
             }
+            if let Some(a) = self.adagrad.as_mut().filter(|_| r.is_some()) {
+                a.load(&self.shards);
+            }
             self.resumed = r;
         }
         if let (Some(dir), Some(every)) = (&cfg.checkpoint_dir, cfg.checkpoint_every) {
@@ -106,6 +109,9 @@ impl<M: model::Model> Trainer<'_, M> {
         let t = Timer::start();
         let (walkers, mut cursor) = state(self);
         cursor.step = self.step;
+        if let Some(a) = &self.adagrad {
+            a.save(&mut self.shards);
+        }
         let ck = self.ckpt.as_mut().expect("checked above");
         let mut snap = Snapshot::take(self.g, &self.shards, walkers, cursor.clone());
         snap.identity = ck.identity.clone();

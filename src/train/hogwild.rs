@@ -1,11 +1,16 @@
 //! `--update hogwild`: the pool updates rows in place; a remote row is trained in a copy (a
 //! fetched copy per step without the cache, a cached copy with it) whose change goes to its owner.
 
+use super::adagrad::InPlaceAdagrad;
 use super::*;
+use crate::store::SharedRows;
 
 /// Hogwild batches on the pool at once across nodes with the row cache: the next batch's
 /// exchange runs while the pool trains the previous one.
 pub(super) const CACHE_DEPTH: usize = 2;
+
+/// Steps between refreshes of the copies' starting accumulator (Adagrad in place).
+const SEED_EVERY: u64 = 32;
 
 /// Rows of the remote-row cache: `--cache-rows`, or by default as many rows as this rank owns
 /// (over its matrices), at most the rows of other nodes.
@@ -83,6 +88,16 @@ impl<M: model::Model> Trainer<'_, M> {
         };
         let planned = self.model.plan(work, &self.neg, &mut self.rng, &mut refer);
         self.remote_slot.clear(&keys);
+        if let Some(a) = self
+            .adagrad
+            .as_mut()
+            .filter(|_| self.step.is_multiple_of(SEED_EVERY))
+        {
+            a.refresh_seed();
+            if let Some(cache) = self.cache.as_mut() {
+                cache.acc_seed = a.seed;
+            }
+        }
         self.m.remote_uses_half += half.iter().filter(|&&h| h).count() as u64;
         let (local, remote) = count_references(&planned);
         self.m.local_rows += local;
@@ -135,15 +150,19 @@ impl<M: model::Model> Trainer<'_, M> {
         self.m.seconds.fetch += t.secs();
 
         let (centers, targets) = (in_place[VERTEX].cells, in_place[in_place.len() - 1].cells);
+        let acc = self.adagrad_cells();
         let (tx, rx) = std::sync::mpsc::channel();
         let (npairs, terms) = (planned.examples(), planned.loss_terms());
         let done = self.pool_started();
         self.submit(move || {
             let t = Timer::start();
-            // SAFETY: the trainer keeps its shards alive and takes no `&mut` access to their
-            // windows until it has received this task's result (`finish`, `drain`, `Drop`).
+            // SAFETY: the trainer keeps its shards (and accumulators) alive and takes no `&mut`
+            // access to their windows until it has received this task's result (`finish`,
+            // `drain`, `Drop`).
             let (c, tg) = unsafe { (centers.cells(), targets.cells()) };
-            let (deltas, loss) = planned.train_copy([c, tg], &rows, dim, lr);
+            // SAFETY: as above.
+            let acc = acc.map(|(a, seed)| unsafe { (a.map(|m| InPlaceAdagrad::matrix(m)), seed) });
+            let (deltas, loss) = planned.train_copy([c, tg], &rows, dim, lr, acc);
             let secs = t.secs();
             done();
             // The receiver only disappears if the rank is already failing.
@@ -157,6 +176,14 @@ impl<M: model::Model> Trainer<'_, M> {
             step: self.step,
             cached: false,
         });
+    }
+
+    /// With Adagrad in place: the accumulators of the centers' and targets' matrices (to hand
+    /// to a pool task) and the copies' starting accumulator.
+    fn adagrad_cells(&self) -> Option<([SharedRows; 2], f32)> {
+        self.adagrad
+            .as_ref()
+            .map(|a| ([a.cells(VERTEX), a.cells(1)], a.seed))
     }
 
     /// Run a batch's task on the compute pool: on a pool thread while this thread goes on, or
@@ -303,7 +330,9 @@ impl<M: model::Model> Trainer<'_, M> {
     pub(super) fn launch_cached(&mut self, planned: M::Plan, lr: f32, step: u64) {
         let in_place = self.shared.clone().expect("hogwild rows");
         let (centers, targets) = (in_place[VERTEX].cells, in_place[in_place.len() - 1].cells);
-        let remote = self.cache.as_ref().expect("cache").cells.clone();
+        let cache = self.cache.as_ref().expect("cache");
+        let (remote, remote_acc) = (cache.cells.clone(), cache.acc.clone());
+        let acc = self.adagrad_cells();
         let dim = self.cfg.dim;
         let (tx, rx) = std::sync::mpsc::channel();
         let (npairs, terms) = (planned.examples(), planned.loss_terms());
@@ -317,10 +346,15 @@ impl<M: model::Model> Trainer<'_, M> {
                 matrices: [c, tg],
                 remote: Shared::F32(&remote),
                 dim,
+                acc: acc.map(|(a, _)| model::Accumulators {
+                    // SAFETY: as above, for the accumulators' windows.
+                    matrices: a.map(|m| unsafe { InPlaceAdagrad::matrix(m) }),
+                    remote: &remote_acc,
+                }),
             };
             let loss = planned.train(&rows, lr);
             // Let go of the cache's rows before reporting: the trainer may then grow it.
-            drop(remote);
+            drop((remote, remote_acc));
             let secs = t.secs();
             done();
             // The receiver only disappears if the rank is already failing.

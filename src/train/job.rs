@@ -48,14 +48,27 @@ pub fn run(comm: &Comm, cfg: &TrainConfig) -> Result<Outcome> {
         counted,
     )?;
     let load_secs = t.secs();
-    let settled;
-    let cfg = match settle_walk_batch(comm, cfg, &g) {
-        Some(c) => {
-            settled = c;
-            &settled
+    let mut settled = settle_walk_batch(comm, cfg, &g);
+    let mut budget = cfg.clone();
+    if let Some(pairs) = budget.settle_lr(g.num_nodes(), g.file_edges) {
+        if comm.rank() == 0 && budget.lr_is_default {
+            eprintln!(
+                "graphscale: --lr {} (default for {pairs:.0} training pairs per node), {} (docs/tuning.md)",
+                budget.lr,
+                if budget.lr_hold >= 1.0 {
+                    "held to the end of the run".to_string()
+                } else {
+                    format!(
+                        "held for {:.0}% of the run, then decaying linearly",
+                        100.0 * budget.lr_hold
+                    )
+                }
+            );
         }
-        None => cfg,
-    };
+        let c = settled.get_or_insert_with(|| cfg.clone());
+        (c.lr, c.lr_hold) = (budget.lr, budget.lr_hold);
+    }
+    let cfg = settled.as_ref().unwrap_or(cfg);
     let samplers = crate::estimate::sampler_bytes(
         cfg.model,
         cfg.batch_size as u64,

@@ -7,6 +7,7 @@
 //! is pushed, and the next batch is sampled meanwhile. See `docs/architecture.md` for the
 //! consistency contract.
 
+mod adagrad;
 pub mod cache;
 mod checkpointing;
 mod edges;
@@ -17,6 +18,7 @@ mod kg;
 mod replicated;
 pub mod sage;
 mod slots;
+mod stall;
 mod step;
 mod triples;
 mod walks;
@@ -35,8 +37,8 @@ use rand::RngExt;
 use crate::checkpoint::{self, Cursor, Restored, Snapshot, Writing};
 use crate::comm::{decode_ids, encode_ids, Channel, Comm, Posted, ReduceOp};
 use crate::config::{
-    Every, FaultKind, Fetch, Kernel, Model, NodeMemory, OnNan, Strategy, TrainConfig, Update,
-    WireDtype,
+    Every, FaultKind, Fetch, Kernel, Model, NodeMemory, OnNan, Optimizer, Strategy, TrainConfig,
+    Update, WireDtype,
 };
 use crate::error::{Error, Result};
 use crate::graph::node::NodeGraph;
@@ -124,6 +126,8 @@ pub struct Trainer<'a, M: model::Model> {
     /// Hogwild across nodes with `--cache-rows` > 0: copies of other nodes' rows, trained in
     /// place and synchronised every `--cache-refresh` steps.
     cache: Option<RowCache>,
+    /// `--optimizer adagrad` in place: the accumulators of the rows in place.
+    adagrad: Option<adagrad::InPlaceAdagrad>,
     adm: Admission,
     /// Walkers and step counts that ride in the next exchange (walks with the row cache), and
     /// what that exchange brought back: per source rank its walkers, and the global sums.
@@ -145,6 +149,7 @@ pub struct Trainer<'a, M: model::Model> {
     /// How a pushed delta's head carries its copy's updates.
     update_code: UpdateCode,
     loss_watch: LossWatch,
+    stall: stall::StallWatch,
     /// The exchange posted and not yet collected (`--fetch alltoall`), with its sequence
     /// number; and the next exchange's.
     posted: Option<(Posted, u64)>,
@@ -267,6 +272,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
             },
             node_rows: false,
             cache: None,
+            adagrad: None,
             adm: Admission::default(),
             carry: None,
             carried: None,
@@ -282,6 +288,7 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                     .unwrap_or(1),
             ),
             loss_watch: LossWatch::default(),
+            stall: stall::StallWatch::default(),
             posted: None,
             sending: None,
             seq: 0,
@@ -325,6 +332,16 @@ impl<'a, M: model::Model> Trainer<'a, M> {
                 self.node_rows = ok[1] == 1;
                 self.shared = if self.node_rows { node } else { own };
                 self.path = StepPath::InPlace;
+                if cfg.optimizer == Optimizer::Adagrad {
+                    let rows = self.shared.as_deref().expect("in-place rows");
+                    self.adagrad = Some(adagrad::InPlaceAdagrad::new(
+                        comm,
+                        g.num_local(),
+                        cfg.dim,
+                        rows,
+                        self.node_rows,
+                    )?);
+                }
             }
             // The job's nodes: the sum over ranks of 1 / (ranks on its node).
             let nodes = job_nodes(comm);
@@ -383,10 +400,14 @@ impl<'a, M: model::Model> Trainer<'a, M> {
         }
     }
 
-    /// Learning rate at `progress` in [0, 1]: linear decay to lr * 1e-4, optional warm-up.
+    /// Learning rate at `progress` in [0, 1]: held for `lr_hold` of the run, then a linear decay
+    /// to lr * 1e-4; optional warm-up.
     fn lr_at(&self, progress: f64) -> f32 {
         let p = progress.clamp(0.0, 1.0) as f32;
-        let mut lr = self.cfg.lr * (1.0 - p).max(1e-4);
+        // Held for the first `lr_hold` of the run, then the linear decay over the rest.
+        let hold = self.cfg.lr_hold.clamp(0.0, 0.99);
+        let q = ((p - hold) / (1.0 - hold)).max(0.0);
+        let mut lr = self.cfg.lr * (1.0 - q).max(1e-4);
         if self.cfg.warmup > 0.0 && p < self.cfg.warmup {
             lr *= (p / self.cfg.warmup).max(1e-3);
         }

@@ -114,7 +114,7 @@ impl<M: Model> Trainer<'_, M> {
             let t = Timer::start();
             // Every reference is to the batch's copy: no row is updated in place.
             let (deltas, loss) =
-                planned.train_copy([Shared::F32(&[]), Shared::F32(&[])], &rows, dim, lr);
+                planned.train_copy([Shared::F32(&[]), Shared::F32(&[])], &rows, dim, lr, None);
             let secs = t.secs();
             done();
             // The receiver only disappears if the rank is already failing.

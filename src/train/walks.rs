@@ -76,6 +76,9 @@ impl<M: model::Model> Trainer<'_, M> {
                 });
                 self.m.tokens += out.tokens;
                 progress.tick(done / total, &self.m, lr);
+                let frac = done / total;
+                self.stall
+                    .check(comm, cfg, &mut self.m, frac, self.g.num_nodes());
                 if global[0] == 0 {
                     break;
                 }
