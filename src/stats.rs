@@ -72,10 +72,11 @@ pub struct RankMetrics {
     pub comm_bytes_received: u64,
     pub loss_sum: f64,
     pub loss_terms: u64,
-    /// Walk and edge models: the loss per term over the run's 5-10% (all ranks), and whether
-    /// it was still at ln 2 there: the run was not learning (`train::stall`).
+    /// Walk and edge models: the root mean square of a sample of the rows' scores at a tenth
+    /// of the run (all ranks), and whether it was still about 0 there (the loss at ln 2): the
+    /// run was not learning (`train::stall`).
     #[serde(default)]
-    pub stall_loss: Option<f64>,
+    pub stall_score_rms: Option<f64>,
     #[serde(default)]
     pub stalled: bool,
     pub train_seconds: f64,

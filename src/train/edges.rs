@@ -51,8 +51,12 @@ impl<M: model::Model> Trainer<'_, M> {
             let lr = self.lr_at(p);
             self.train_step(&pairs, lr);
             progress.tick(p, &self.m, lr);
-            self.stall
-                .check(self.comm, cfg, &mut self.m, p, g.num_nodes());
+            if self.stall.due(cfg, p) {
+                self.drain(lr);
+                let comm = self.comm;
+                self.stall
+                    .decide(comm, cfg, &mut self.m, &self.shards, p, g.num_nodes());
+            }
             self.checkpoint_tick(lr, false, |_| (Vec::new(), Cursor::default()));
             if self.stopped.is_some() {
                 break;

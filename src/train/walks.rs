@@ -76,9 +76,13 @@ impl<M: model::Model> Trainer<'_, M> {
                 });
                 self.m.tokens += out.tokens;
                 progress.tick(done / total, &self.m, lr);
-                let frac = done / total;
-                self.stall
-                    .check(comm, cfg, &mut self.m, frac, self.g.num_nodes());
+                if self.stall.due(cfg, done / total) {
+                    self.drain(lr);
+                    let nodes = self.g.num_nodes();
+                    let frac = done / total;
+                    self.stall
+                        .decide(comm, cfg, &mut self.m, &self.shards, frac, nodes);
+                }
                 if global[0] == 0 {
                     break;
                 }
