@@ -712,7 +712,12 @@ fn train_cmd(comm: &Comm, t: &TrainCmd) -> Result<()> {
     };
     agree(comm, writable)?;
     if comm.rank() == 0 {
-        eprintln!("graphscale: effective config {}", cfg.to_json());
+        let later = if cfg.lr_is_default && cfg.lr_follows_budget() {
+            " (lr and lr_hold: set from the pairs per node once the graph is read)"
+        } else {
+            ""
+        };
+        eprintln!("graphscale: effective config {}{later}", cfg.to_json());
         if let (Some(o), true) = (&cfg.output, cfg.output_is_default) {
             eprintln!(
                 "graphscale: no -o given: the embeddings will be written to {}",

@@ -389,11 +389,15 @@ fn bad_configs_are_refused_on_every_rank_before_training() {
 fn a_diverging_run_aborts_naming_the_step_and_a_node() {
     let d = tmp();
     let (g, _) = sbm(d.path(), 300, 3);
+    // Batched updates: in place, rates above word2vec's take implicit steps, which stay
+    // finite even at 1e30.
     let args = [
         "--graph",
         s(&g),
         "--lr",
         "1e30",
+        "--update",
+        "batched",
         "--walks-per-node",
         "2",
         "--walk-length",

@@ -418,7 +418,7 @@ pub fn sgd_in_place(
                     load(crow, vc);
                     gc.iter_mut().for_each(|g| *g = 0.0);
                     // Adagrad: a target's gradient is g v_c, its mean square g^2 mean(v_c^2).
-                    let vc_sq = dot(vc, vc);
+                    let vc_sq = if implicit { dot(vc, vc) } else { 0.0 };
                     let vc_msq = if acc.is_some() {
                         dot(vc, vc) / dim as f32
                     } else {
