@@ -904,49 +904,6 @@ impl TrainConfig {
         Ok(())
     }
 
-    /// Positive (center, context) pairs per node over the run of a walk or edge model on a
-    /// graph of `nodes` nodes and `edges` edges in its file: a walk token is the center of
-    /// `window + 1` pairs on average (the dynamic window takes `(window + 1) / 2` per side);
-    /// a LINE edge sample is one pair. 0 for other models.
-    pub fn pairs_per_node(&self, nodes: u64, edges: u64) -> f64 {
-        let epochs = f64::from(self.epochs);
-        match self.model {
-            Model::Deepwalk | Model::Node2vec => {
-                f64::from(self.walks_per_node)
-                    * f64::from(self.walk_length)
-                    * f64::from(self.window + 1)
-                    * epochs
-            }
-            Model::Line => self.line_samples * edges as f64 * epochs / nodes.max(1) as f64,
-            _ => 0.0,
-        }
-    }
-
-    /// Whether the learning rate follows the run's budget: skip-gram (DeepWalk, node2vec,
-    /// LINE) trained in place with sgd.
-    pub fn lr_follows_budget(&self) -> bool {
-        matches!(self.model, Model::Deepwalk | Model::Node2vec | Model::Line)
-            && self.optimizer == Optimizer::Sgd
-            && self.update == Update::Hogwild
-    }
-
-    /// After the load (the same on every rank): with `--lr` left to its default, the
-    /// learning rate of the pairs each node gets ([`budget_lr`]), and the hold of the rate
-    /// in effect ([`lr_hold`]). Returns the pairs per node when the rate follows the budget.
-    pub fn settle_lr(&mut self, nodes: u64, edges: u64) -> Option<f64> {
-        if !self.lr_follows_budget() {
-            return None;
-        }
-        let pairs = self.pairs_per_node(nodes, edges);
-        if self.lr_is_default {
-            self.lr = budget_lr(pairs);
-        }
-        if !self.lr_hold_given {
-            self.lr_hold = lr_hold(self.lr);
-        }
-        Some(pairs)
-    }
-
     /// The options that rule out `--update hogwild`: in-place updates need sgd or row-wise
     /// adagrad, and cannot clip a summed gradient or take a batch back.
     fn hogwild_blockers(&self) -> Vec<&'static str> {

@@ -1,5 +1,8 @@
 //! The defaults that measurements chose: the step, the row cache's clock, and the
-//! knowledge-graph models' settings (without a config file).
+//! knowledge-graph models' settings (without a config file), and the walk and edge models'
+//! learning rate from the run's budget.
+
+use super::{Model, Optimizer, TrainConfig, Update};
 
 /// The default `--batch-size` of the walk and edge models: pairs per step over all ranks.
 pub const BATCH: usize = 16384;
@@ -132,6 +135,51 @@ pub fn budget_lr(pairs_per_node: f64) -> f32 {
 pub fn lr_hold(lr: f32) -> f32 {
     let full = 1.0 - WORD2VEC_LR / MAX_BUDGET_LR;
     (MAX_HOLD * (1.0 - WORD2VEC_LR / lr) / full).clamp(0.0, MAX_HOLD)
+}
+
+impl TrainConfig {
+    /// Positive (center, context) pairs per node over the run of a walk or edge model on a
+    /// graph of `nodes` nodes and `edges` edges in its file: a walk token is the center of
+    /// `window + 1` pairs on average (the dynamic window takes `(window + 1) / 2` per side);
+    /// a LINE edge sample is one pair. 0 for other models.
+    pub fn pairs_per_node(&self, nodes: u64, edges: u64) -> f64 {
+        let epochs = f64::from(self.epochs);
+        match self.model {
+            Model::Deepwalk | Model::Node2vec => {
+                f64::from(self.walks_per_node)
+                    * f64::from(self.walk_length)
+                    * f64::from(self.window + 1)
+                    * epochs
+            }
+            Model::Line => self.line_samples * edges as f64 * epochs / nodes.max(1) as f64,
+            _ => 0.0,
+        }
+    }
+
+    /// Whether the learning rate follows the run's budget: skip-gram (DeepWalk, node2vec,
+    /// LINE) trained in place with sgd.
+    pub fn lr_follows_budget(&self) -> bool {
+        matches!(self.model, Model::Deepwalk | Model::Node2vec | Model::Line)
+            && self.optimizer == Optimizer::Sgd
+            && self.update == Update::Hogwild
+    }
+
+    /// After the load (the same on every rank): with `--lr` left to its default, the
+    /// learning rate of the pairs each node gets ([`budget_lr`]), and the hold of the rate
+    /// in effect ([`lr_hold`]). Returns the pairs per node when the rate follows the budget.
+    pub fn settle_lr(&mut self, nodes: u64, edges: u64) -> Option<f64> {
+        if !self.lr_follows_budget() {
+            return None;
+        }
+        let pairs = self.pairs_per_node(nodes, edges);
+        if self.lr_is_default {
+            self.lr = budget_lr(pairs);
+        }
+        if !self.lr_hold_given {
+            self.lr_hold = lr_hold(self.lr);
+        }
+        Some(pairs)
+    }
 }
 
 /// Adagrad's learning rate for DistMult and ComplEx (WN18RR, 30 epochs, filtered MRR on the

@@ -88,16 +88,7 @@ impl<M: model::Model> Trainer<'_, M> {
         };
         let planned = self.model.plan(work, &self.neg, &mut self.rng, &mut refer);
         self.remote_slot.clear(&keys);
-        if let Some(a) = self
-            .adagrad
-            .as_mut()
-            .filter(|_| self.step.is_multiple_of(SEED_EVERY))
-        {
-            a.refresh_seed();
-            if let Some(cache) = self.cache.as_mut() {
-                cache.acc_seed = a.seed;
-            }
-        }
+        self.refresh_adagrad_seed();
         self.m.remote_uses_half += half.iter().filter(|&&h| h).count() as u64;
         let (local, remote) = count_references(&planned);
         self.m.local_rows += local;
@@ -176,6 +167,18 @@ impl<M: model::Model> Trainer<'_, M> {
             step: self.step,
             cached: false,
         });
+    }
+
+    /// With Adagrad in place, every `SEED_EVERY` steps: the copies' starting accumulator
+    /// (`adagrad::InPlaceAdagrad::refresh_seed`), also for the cache's new copies.
+    fn refresh_adagrad_seed(&mut self) {
+        let due = self.step.is_multiple_of(SEED_EVERY);
+        if let Some(a) = self.adagrad.as_mut().filter(|_| due) {
+            a.refresh_seed();
+            if let Some(cache) = self.cache.as_mut() {
+                cache.acc_seed = a.seed;
+            }
+        }
     }
 
     /// With Adagrad in place: the accumulators of the centers' and targets' matrices (to hand

@@ -2,6 +2,7 @@
 //! Adagrad in place.
 
 use super::*;
+use crate::model::Accumulators;
 use rand::RngExt;
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::Relaxed;
