@@ -182,7 +182,8 @@ fn remote_path_settings_that_cannot_work_are_refused_on_every_rank() {
     let (emb, m) = (p(d.path(), "emb.h5"), p(d.path(), "m.jsonl"));
     let cases: [(&[&str], &str); 3] = [
         (
-            &["--wire-dtype", "f16", "--optimizer", "adagrad"],
+            // Momentum updates through the owner (batched): f32 gradients, not f16.
+            &["--wire-dtype", "f16", "--optimizer", "momentum"],
             "--wire-dtype f16",
         ),
         (

@@ -129,12 +129,16 @@ pub fn budget_lr(pairs_per_node: f64) -> f32 {
     lr.clamp(WORD2VEC_LR, MAX_BUDGET_LR)
 }
 
-/// The share of the run a learning rate `lr` is held before it decays linearly: none at
-/// word2vec's 0.025 (its schedule), rising to [`MAX_HOLD`] at [`MAX_BUDGET_LR`] and above. A
-/// short run needs its whole budget at full rate.
+/// The learning rate from which [`lr_hold`] starts holding it.
+pub const HOLD_FROM_LR: f32 = 0.25;
+
+/// The share of the run a learning rate `lr` is held before it decays linearly: none up to
+/// [`HOLD_FROM_LR`] (word2vec's schedule), rising to [`MAX_HOLD`] at [`MAX_BUDGET_LR`] and above.
+/// A short run needs its whole budget at full rate; a longer one needs the decay: on a
+/// 1,200-node planted partition at 5 walks x 20, window 10 (1,100 pairs per node, rate 0.076)
+/// across 2 simulated nodes, holding for 70% of the run gave Micro-F1 80.6, the plain decay 96.5.
 pub fn lr_hold(lr: f32) -> f32 {
-    let full = 1.0 - WORD2VEC_LR / MAX_BUDGET_LR;
-    (MAX_HOLD * (1.0 - WORD2VEC_LR / lr) / full).clamp(0.0, MAX_HOLD)
+    ((lr - HOLD_FROM_LR) / (MAX_BUDGET_LR - HOLD_FROM_LR) * MAX_HOLD).clamp(0.0, MAX_HOLD)
 }
 
 impl TrainConfig {
@@ -245,10 +249,12 @@ mod tests {
         // BlogCatalog at 10 x 80, window 10: word2vec's rate and schedule.
         assert_eq!(budget_lr(8800.0), WORD2VEC_LR);
         assert_eq!(lr_hold(WORD2VEC_LR), 0.0);
-        // In between, inversely proportional; the hold rises with the rate.
+        // In between, inversely proportional; the hold starts at 0.25 and rises with the rate.
         assert!((budget_lr(840.0) - 0.1).abs() < 1e-6);
-        let h = lr_hold(0.1);
-        assert!(h > 0.5 && h < 1.0, "{h}");
+        assert_eq!(lr_hold(0.1), 0.0);
+        assert_eq!(lr_hold(HOLD_FROM_LR), 0.0);
+        let h = lr_hold(0.5);
+        assert!(h > 0.4 && h < 0.7, "{h}");
         let mut last = (f32::INFINITY, f32::INFINITY);
         for p in [1.0, 50.0, 120.0, 200.0, 500.0, 1000.0, 3000.0, 1e4, 1e6] {
             let (lr, hold) = (budget_lr(p), lr_hold(budget_lr(p)));

@@ -43,7 +43,7 @@ pub struct RawTrain {
     #[arg(long, allow_negative_numbers = true)]
     pub warmup: Option<f32>,
     /// Fraction of the run the learning rate is held before its linear decay (default: from
-    /// the learning rate, 0 at 0.025 up to 1 at 0.7; docs/tuning.md)
+    /// the learning rate: 0 up to 0.25, rising to 1 at 0.7; docs/tuning.md)
     #[arg(long, allow_negative_numbers = true)]
     pub lr_hold: Option<f32>,
     /// Walk models: random walks started from every node (default 10)
