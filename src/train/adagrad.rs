@@ -4,8 +4,8 @@
 //! `lr / sqrt(acc)` as they update it in place (`model::adagrad_factor`).
 //!
 //! Copies of other nodes' rows (the row cache, or a step's fetched copies) are not sent their
-//! owner's accumulator: a copy starts from the rank's typical accumulator (the mean over its
-//! own rows, [`InPlaceAdagrad::refresh_seed`]) and keeps what it adds while it is cached. Each
+//! owner's accumulator: a copy starts from a typical accumulator (the mean over the rows in
+//! place, [`InPlaceAdagrad::refresh_seed`]) and keeps what it adds while it is cached. Each
 //! node thus runs its own Adagrad state for the rows it trains as copies, as the trainers of
 //! PyTorch-BigGraph's distributed mode do for their shared parameters; the owner's combination
 //! of copies' deltas (`cache::Combine`) is unchanged.
@@ -14,6 +14,7 @@
 //! per row): [`InPlaceAdagrad::save`] before a snapshot, [`InPlaceAdagrad::load`] after a resume.
 
 use std::sync::atomic::AtomicU32;
+use std::sync::atomic::Ordering::Relaxed;
 
 use crate::comm::Comm;
 use crate::config::{Dtype, Optimizer};
@@ -90,20 +91,19 @@ impl InPlaceAdagrad {
         self.cells[m.min(self.cells.len() - 1)]
     }
 
-    /// Set the copies' starting accumulator to the mean of this rank's own accumulators (a
-    /// sample of them). Only reads: pool tasks may be updating them.
+    /// Set the copies' starting accumulator to the mean of the accumulators in place (a
+    /// sample of them), read as the pool's kernels read them: pool tasks may be updating them.
     pub fn refresh_seed(&mut self) {
         let (mut sum, mut n) = (0f64, 0usize);
-        for shard in &self.shards {
-            shard.window.with_local(|bytes| {
-                let rows = bytes.len() / 4;
-                let stride = rows.div_ceil(SEED_SAMPLE).max(1);
-                for r in (0..rows).step_by(stride) {
-                    let b: [u8; 4] = bytes[r * 4..r * 4 + 4].try_into().expect("4 bytes");
-                    sum += f64::from(f32::from_le_bytes(b));
-                    n += 1;
-                }
-            });
+        for &c in &self.cells {
+            // SAFETY: `self` holds the windows for the duration of the call and nothing takes
+            // `&mut` access to them meanwhile (`save` and `load` need `&self`/`&mut self`).
+            let cells = unsafe { InPlaceAdagrad::matrix(c) };
+            let stride = cells.len().div_ceil(SEED_SAMPLE).max(1);
+            for a in cells.iter().step_by(stride) {
+                sum += f64::from(f32::from_bits(a.load(Relaxed)));
+                n += 1;
+            }
         }
         if n > 0 {
             self.seed = (sum / n as f64) as f32;
