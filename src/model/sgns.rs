@@ -620,7 +620,8 @@ struct Block {
     acc: Vec<f32>,
     acc0: Vec<f32>,
     dv: Vec<f32>,
-    /// Per target of the block: whether it repeats an earlier one.
+    /// Per target of the block: whether it repeats an earlier one
+    /// ([`Block::merge_repeated_targets`]).
     repeat: Vec<bool>,
     /// Implicit steps: squared norms of the inputs and targets, and their curvatures.
     vn: Vec<f32>,
@@ -784,6 +785,24 @@ impl Block {
         loss
     }
 
+    /// A target repeated in the block (a negative equal to b's row or to another negative) is
+    /// one row: its columns of `coef` are summed into its first occurrence and `repeat` marks
+    /// the later ones, whose rows then take no change of their own.
+    fn merge_repeated_targets(&mut self, m: usize, nt: usize) {
+        let (tref, coef) = (&self.tref[..nt], &mut self.coef[..m * nt]);
+        let repeat = &mut self.repeat[..nt];
+        repeat.fill(false);
+        for t in 1..nt {
+            if let Some(f) = (0..t).find(|&f| tref[f].0 == tref[t].0) {
+                repeat[t] = true;
+                for row in coef.chunks_exact_mut(nt) {
+                    row[f] += row[t];
+                    row[t] = 0.0;
+                }
+            }
+        }
+    }
+
     /// The block's scores `S = V U^T` (m inputs against nt targets) turned into coefficients
     /// `G = (label - sigmoid(S)) lr` in `coef`; returns the block's loss when `with_loss` (NaN
     /// when a score is, else 0).
@@ -870,17 +889,8 @@ impl Block {
     #[inline(always)]
     fn update_fused<'r>(&mut self, m: usize, nt: usize, target: impl Fn(u32) -> Shared<'r>) {
         let d = self.dim;
-        let (tref, coef) = (&self.tref[..nt], &mut self.coef[..m * nt]);
-        let mut repeat = [false; FUSED_TARGETS];
-        for t in 1..nt {
-            if let Some(f) = (0..t).find(|&f| tref[f].0 == tref[t].0) {
-                repeat[t] = true;
-                for row in coef.chunks_exact_mut(nt) {
-                    row[f] += row[t];
-                    row[t] = 0.0;
-                }
-            }
-        }
+        self.merge_repeated_targets(m, nt);
+        let (tref, coef, repeat) = (&self.tref[..nt], &self.coef[..m * nt], &self.repeat);
         for (g, &c) in self.gb.chunks_exact_mut(8).zip(coef.iter()) {
             g.fill(c);
         }

@@ -61,18 +61,8 @@ impl Block {
     ) -> f64 {
         let loss = self.coefficients(m, nt, 1.0, with_loss, false);
         let d = self.dim;
-        let (tref, coef) = (&self.tref[..nt], &mut self.coef[..m * nt]);
-        let repeat = &mut self.repeat[..nt];
-        repeat.fill(false);
-        for t in 1..nt {
-            if let Some(f) = (0..t).find(|&f| tref[f].0 == tref[t].0) {
-                repeat[t] = true;
-                for row in coef.chunks_exact_mut(nt) {
-                    row[f] += row[t];
-                    row[t] = 0.0;
-                }
-            }
-        }
+        self.merge_repeated_targets(m, nt);
+        let (tref, coef, repeat) = (&self.tref[..nt], &self.coef[..m * nt], &self.repeat);
         let (slots, u) = (&self.slots[..m], &self.u[..nt * d]);
         let (du, dv) = (&mut self.du[..nt * d], &mut self.dv[..m * d]);
         let mut done = false;
